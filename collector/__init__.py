@@ -1,0 +1,1 @@
+"""kvscope's collector: events into DuckDB, replays through vLLM's block manager, summaries."""

@@ -1,0 +1,111 @@
+"""Builds vLLM's real v1 `KVCacheManager` on the CPU, and the requests it manages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+MAX_MODEL_LEN = 1 << 22
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """The prefix-cache settings a replay or a what-if varies."""
+
+    block_size: int = 16
+    num_blocks: int = 20_000
+    hash_algo: str = "sha256"
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0:
+            raise ValueError(f"block size must be positive, got {self.block_size}")
+        if self.num_blocks < 2:
+            raise ValueError(f"need at least 2 blocks (one is vLLM's null block), got {self.num_blocks}")
+        if self.hash_algo not in HASH_ALGOS:
+            raise ValueError(f"unknown hash algorithm {self.hash_algo!r}; use one of {HASH_ALGOS}")
+
+
+def make_kv_cache_manager(
+    settings: CacheSettings, log_stats: bool = True, kv_events: bool = False
+) -> Any:
+    """A `KVCacheManager` with one full-attention group, as the scheduler would build it.
+
+    `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
+    """
+    import torch
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+    spec = FullAttentionSpec(
+        block_size=settings.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16
+    )
+    config = KVCacheConfig(
+        num_blocks=settings.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn"], spec)],
+    )
+    return KVCacheManager(
+        config,
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=settings.block_size,
+        hash_block_size=settings.block_size,
+        enable_caching=True,
+        log_stats=log_stats,
+        enable_kv_cache_events=kv_events,
+    )
+
+
+def make_block_hasher(settings: CacheSettings) -> Callable[[Any], list[bytes]]:
+    """vLLM's request block hasher for these settings (initialises vLLM's NONE_HASH)."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    hash_fn = get_hash_fn_by_name(settings.hash_algo)
+    init_none_hash(hash_fn)
+    return get_request_block_hasher(settings.block_size, hash_fn)  # type: ignore[no-any-return]
+
+
+def make_request(
+    request_id: str,
+    token_ids: list[int],
+    block_hasher: Callable[[Any], list[bytes]],
+    *,
+    max_tokens: int = 1,
+    arrival_time: float = 0.0,
+    lora_name: str | None = None,
+    cache_salt: str | None = None,
+) -> Any:
+    """A vLLM `Request` whose block hashes vLLM computes itself on creation."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    lora_request = None
+    if lora_name is not None:
+        from vllm.lora.request import LoRARequest
+
+        lora_request = LoRARequest(lora_name, _lora_int_id(lora_name), f"/adapters/{lora_name}")
+    return Request(
+        request_id,
+        token_ids,
+        SamplingParams(max_tokens=max(max_tokens, 1)),
+        None,
+        arrival_time=arrival_time,
+        lora_request=lora_request,
+        cache_salt=cache_salt,
+        block_hasher=block_hasher,
+    )
+
+
+def _lora_int_id(name: str) -> int:
+    """A stable positive id for an adapter name (vLLM wants an int id per adapter)."""
+    import zlib
+
+    return zlib.crc32(name.encode()) % (1 << 30) + 1
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)

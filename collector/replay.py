@@ -1,0 +1,145 @@
+"""`kvscope replay`: a trace through vLLM's real KV cache manager, hooks attached, into a run file.
+
+The run file appears only when the replay succeeded: it is written under a temporary name
+beside the destination and renamed at the end; any error removes it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.block_manager import (
+    CacheSettings,
+    make_block_hasher,
+    make_kv_cache_manager,
+    vllm_version,
+)
+from collector.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
+from collector.store import RunConfig, RunStore, StoreError
+from collector.summary import run_summary
+from collector.traces import TraceError, TraceRequest, read_trace
+from engine_hooks.buffer import EventBuffer
+from engine_hooks.hooks import KVCacheHooks
+from engine_hooks.privacy import Pseudonymizer
+
+TIMINGS = ("sequential", "timestamps")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Everything a replay varies besides the trace itself."""
+
+    settings: CacheSettings = field(default_factory=CacheSettings)
+    timing: str = "sequential"
+    max_num_seqs: int = 256
+    step_model: StepModel = field(default_factory=StepModel)
+    trace_format: str = "auto"
+    limit: int | None = None
+    record_token_ids: bool = False
+    reveal_tenants: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timing not in TIMINGS:
+            raise ValueError(f"unknown timing {self.timing!r}; use one of {TIMINGS}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be at least 1, got {self.limit}")
+
+
+def load_requests(trace_path: Path, options: ReplayOptions) -> list[TraceRequest]:
+    requests = read_trace(trace_path, options.trace_format)
+    return requests[: options.limit] if options.limit else requests
+
+
+def replay(
+    trace_path: Path,
+    out_path: Path,
+    options: ReplayOptions,
+    secret: bytes,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Replay a trace into a new run file and return its summary."""
+    requests = load_requests(trace_path, options)
+    if out_path.exists():
+        raise StoreError(f"{out_path}: already exists; kvscope does not overwrite runs")
+    temporary = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    config = _run_config(trace_path, options)
+    store = RunStore.create(temporary, config)
+    try:
+        try:
+            replay_into(store, requests, options, secret, progress or (lambda _: None))
+        except CacheTooSmall as error:
+            raise TraceError(trace_path, error.line, error.reason) from error
+        summary = run_summary(store.connection)
+        store.close()
+        os.replace(temporary, out_path)
+    except BaseException:
+        store.close()
+        temporary.unlink(missing_ok=True)
+        raise
+    return summary
+
+
+def replay_into(
+    store: RunStore,
+    requests: list[TraceRequest],
+    options: ReplayOptions,
+    secret: bytes,
+    progress: Callable[[int], None],
+) -> None:
+    """Run the simulator with hooks attached, streaming records into `store`."""
+    settings = options.settings
+    manager = make_kv_cache_manager(settings)
+    block_hasher = make_block_hasher(settings)
+    clock = VirtualClock()
+    buffer = EventBuffer()
+    hooks = KVCacheHooks(
+        manager,
+        buffer,
+        pseudonymizer=Pseudonymizer(secret, reveal_tenants=options.reveal_tenants),
+        clock=clock,
+        record_token_ids=options.record_token_ids,
+    ).attach()
+
+    def drain() -> None:
+        store.append(buffer.take())
+
+    simulator = Simulator(manager, hooks, clock, block_hasher, on_step=drain)
+    try:
+        if options.timing == "sequential":
+            simulator.run_sequential(requests, progress)
+        else:
+            simulator.run_timestamps(requests, options.max_num_seqs, options.step_model, progress)
+    finally:
+        hooks.detach()
+    if hooks.num_lost:
+        raise RuntimeError(f"replay lost {hooks.num_lost} records; this is a kvscope bug")
+    stats = manager.make_prefix_cache_stats()
+    store.finalize(vllm_prefix_cache=(stats.queries, stats.hits))
+
+
+def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
+    settings = options.settings
+    return RunConfig(
+        source="replay",
+        trace=str(trace_path),
+        timing=options.timing,
+        block_size=settings.block_size,
+        num_blocks=settings.num_blocks,
+        hash_algo=settings.hash_algo,
+        max_num_seqs=1 if options.timing == "sequential" else options.max_num_seqs,
+        vllm_version=vllm_version(),
+        options={
+            "step_model": asdict(options.step_model),
+            "trace_format": options.trace_format,
+            "limit": options.limit,
+            "record_token_ids": options.record_token_ids,
+            "reveal_tenants": options.reveal_tenants,
+        },
+    )

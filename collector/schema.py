@@ -1,0 +1,106 @@
+"""The DuckDB schema of one run file. Bump SCHEMA_VERSION whenever a table changes."""
+
+from __future__ import annotations
+
+from engine_hooks.events import EVENT_KINDS
+
+SCHEMA_VERSION = 1
+
+_KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
+
+CREATE_STATEMENTS = (
+    "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
+    f"CREATE TYPE event_kind AS ENUM ({_KINDS})",
+    """CREATE TABLE runs (
+        run_id VARCHAR NOT NULL,
+        source VARCHAR NOT NULL,
+        trace VARCHAR,
+        timing VARCHAR,
+        block_size INTEGER NOT NULL,
+        num_blocks INTEGER NOT NULL,
+        hash_algo VARCHAR NOT NULL,
+        max_num_seqs INTEGER,
+        vllm_version VARCHAR NOT NULL,
+        kvscope_version VARCHAR NOT NULL,
+        started_at TIMESTAMP NOT NULL,
+        options JSON,
+        vllm_prefix_cache_queries BIGINT,
+        vllm_prefix_cache_hits BIGINT,
+        finished_at TIMESTAMP
+    )""",
+    """CREATE TABLE events (
+        seq UBIGINT NOT NULL,
+        ts_ns BIGINT NOT NULL,
+        kind event_kind NOT NULL,
+        request_id VARCHAR,
+        block_id INTEGER,
+        block_hash UBIGINT,
+        parent_hash UBIGINT,
+        num_tokens INTEGER,
+        num_prompt_tokens INTEGER,
+        num_hit_tokens INTEGER,
+        num_hit_blocks INTEGER,
+        preempted BOOLEAN,
+        age_ns BIGINT,
+        num_hits INTEGER,
+        ref_cnt INTEGER,
+        num_output_tokens INTEGER,
+        num_lost BIGINT,
+        num_cleared INTEGER,
+        extra_keys VARCHAR[],
+        salt_hash VARCHAR,
+        tenant VARCHAR,
+        lora VARCHAR,
+        engine_id VARCHAR,
+        dp_rank SMALLINT
+    )""",
+    """CREATE TABLE pool (
+        seq UBIGINT NOT NULL,
+        ts_ns BIGINT NOT NULL,
+        num_free INTEGER NOT NULL,
+        num_cached_free INTEGER NOT NULL,
+        num_in_use INTEGER NOT NULL,
+        engine_id VARCHAR,
+        dp_rank SMALLINT
+    )""",
+    """CREATE TABLE collisions (
+        seq UBIGINT NOT NULL,
+        ts_ns BIGINT NOT NULL,
+        request_id VARCHAR,
+        stored_by VARCHAR,
+        block_id INTEGER NOT NULL,
+        block_hash UBIGINT NOT NULL,
+        stored_fingerprint BLOB NOT NULL,
+        request_fingerprint BLOB NOT NULL,
+        engine_id VARCHAR,
+        dp_rank SMALLINT
+    )""",
+    "CREATE TABLE request_tokens (request_id VARCHAR NOT NULL, token_ids INTEGER[] NOT NULL)",
+    """CREATE TABLE block_tokens (
+        block_hash UBIGINT NOT NULL,
+        parent_hash UBIGINT,
+        token_ids INTEGER[] NOT NULL
+    )""",
+)
+
+# Derived from events by `finalize`; rebuilt whole each time.
+DERIVED_STATEMENTS = (
+    """CREATE OR REPLACE TABLE requests AS
+    SELECT
+        request_id,
+        min(ts_ns) FILTER (WHERE kind = 'arrive') AS arrival_ns,
+        min(ts_ns) FILTER (WHERE kind = 'schedule') AS first_scheduled_ns,
+        max(ts_ns) FILTER (WHERE kind = 'finish') AS finished_ns,
+        count(*) FILTER (WHERE kind = 'preempt') AS num_preemptions,
+        any_value(num_prompt_tokens) FILTER (WHERE kind = 'arrive') AS num_prompt_tokens,
+        arg_min(num_hit_tokens, seq) FILTER (WHERE kind = 'lookup') AS num_hit_tokens,
+        arg_min(num_hit_blocks, seq) FILTER (WHERE kind = 'lookup') AS num_hit_blocks,
+        any_value(num_output_tokens) FILTER (WHERE kind = 'finish') AS num_output_tokens,
+        any_value(tenant) FILTER (WHERE kind = 'arrive') AS tenant,
+        any_value(lora) FILTER (WHERE kind = 'arrive') AS lora,
+        any_value(salt_hash) FILTER (WHERE kind = 'arrive') AS salt_hash
+    FROM events
+    WHERE kind IN ('arrive', 'lookup', 'schedule', 'preempt', 'finish')
+        AND request_id IS NOT NULL
+    GROUP BY request_id""",
+)

@@ -1,0 +1,232 @@
+"""Drives vLLM's real `KVCacheManager` through a trace, the way vLLM's scheduler calls it.
+
+Per admitted request, the calls are the scheduler's own: `get_computed_blocks`, then
+`allocate_slots` for the tokens to compute, then `record_prefix_cache_stats`; output tokens
+are appended to the `Request` (vLLM hashes the new full blocks itself) and get slots from
+`allocate_slots`; a finished or preempted request is `free`d.
+
+Two timings:
+- sequential: one request at a time in file order. Prefill, then its `output_length` tokens
+  decoded (no other request runs meanwhile, so one `allocate_slots` call for the whole
+  decode gives the same blocks as one call per token), then free. Clock: each request's
+  events carry its trace timestamp.
+- timestamps: a step model. Requests arrive on the trace's clock; each step first decodes
+  one token for every running request (oldest first), preempting the newest running request
+  when a slot cannot be had (vLLM's recompute preemption: blocks freed, the request goes
+  back to the front of the queue), then admits waiting requests in arrival order while fewer
+  than `max_num_seqs` run and their whole prompt fits (no chunked prefill, no token budget).
+  A step lasts `step_ms` plus `prefill_us_per_token` for every prompt token it computes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from collector.block_manager import make_request
+from collector.traces import TraceRequest
+from engine_hooks.hooks import KVCacheHooks
+
+NS_PER_MS = 1_000_000
+OUTPUT_TOKEN_BASE = 1_000_000_000
+
+
+class CacheTooSmall(ValueError):
+    """A request that could never fit in the cache, even alone."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """How long a simulated engine step takes (timestamps timing)."""
+
+    step_ms: float = 10.0
+    prefill_us_per_token: float = 25.0
+
+
+class VirtualClock:
+    """The trace's clock, in nanoseconds, as the hooks read it."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def set_ms(self, milliseconds: float) -> None:
+        self.now_ns = round(milliseconds * NS_PER_MS)
+
+
+class Simulator:
+    """One replay: a manager, its hooks, a clock, and a callback after every step."""
+
+    def __init__(
+        self,
+        manager: Any,
+        hooks: KVCacheHooks,
+        clock: VirtualClock,
+        block_hasher: Callable[[Any], list[bytes]],
+        on_step: Callable[[], None],
+    ) -> None:
+        self.manager = manager
+        self.hooks = hooks
+        self.clock = clock
+        self.block_hasher = block_hasher
+        self.on_step = on_step
+        self._index: dict[str, int] = {}
+
+    # -- shared steps ---------------------------------------------------------------
+
+    def _arrive(self, trace_request: TraceRequest, index: int) -> Any:
+        request = make_request(
+            trace_request.request_id,
+            trace_request.prompt_token_ids(),
+            self.block_hasher,
+            max_tokens=trace_request.output_length,
+            arrival_time=trace_request.timestamp_ms / 1000,
+            lora_name=trace_request.lora,
+            cache_salt=trace_request.cache_salt,
+        )
+        self._index[request.request_id] = index
+        self.hooks.on_arrive(request, tenant=trace_request.tenant)
+        return request
+
+    def _admit(self, request: Any) -> int | None:
+        """Look up the prefix and allocate the whole prefill, as the scheduler does.
+
+        Returns the number of tokens the prefill computes, or None when it does not fit.
+        """
+        from vllm.v1.request import RequestStatus
+
+        blocks, num_hit_tokens, _ = self.manager.get_computed_blocks(request)
+        num_new_tokens = request.num_tokens - num_hit_tokens
+        if self.manager.allocate_slots(request, num_new_tokens, num_hit_tokens, blocks) is None:
+            return None
+        self.manager.record_prefix_cache_stats(request, num_hit_tokens)
+        request.status = RequestStatus.RUNNING
+        request.num_computed_tokens = request.num_tokens
+        self.hooks.on_schedule(request)
+        return num_new_tokens
+
+    def _output_tokens(self, trace_request: TraceRequest, start: int, count: int) -> list[int]:
+        if trace_request.output_token_ids is not None:
+            return list(trace_request.output_token_ids[start : start + count])
+        base = OUTPUT_TOKEN_BASE + (self._index[trace_request.request_id] << 12)
+        return [base + position for position in range(start, start + count)]
+
+    def _finish(self, request: Any) -> None:
+        from vllm.v1.request import RequestStatus
+
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        self.manager.free(request)
+        self.hooks.on_finish(request)
+
+    def _step_done(self) -> None:
+        self.hooks.record_pool_state()
+        self.on_step()
+
+    def _too_small(self, trace_request: TraceRequest) -> CacheTooSmall:
+        usable = self.manager.block_pool.num_gpu_blocks - 1
+        return CacheTooSmall(
+            trace_request.line,
+            f"request {trace_request.request_id} needs more than the {usable} usable blocks "
+            "of the cache; raise --num-blocks",
+        )
+
+    # -- sequential -----------------------------------------------------------------
+
+    def run_sequential(self, trace: list[TraceRequest], progress: Callable[[int], None]) -> None:
+        for index, trace_request in enumerate(trace):
+            self.clock.set_ms(trace_request.timestamp_ms)
+            request = self._arrive(trace_request, index)
+            if self._admit(request) is None:
+                raise self._too_small(trace_request)
+            output_length = trace_request.output_length
+            if output_length:
+                request.append_output_token_ids(
+                    self._output_tokens(trace_request, 0, output_length)
+                )
+            self._step_done()
+            if output_length > 1:
+                if self.manager.allocate_slots(request, output_length - 1) is None:
+                    raise self._too_small(trace_request)
+                request.num_computed_tokens += output_length - 1
+            self._finish(request)
+            self._step_done()
+            progress(1)
+
+    # -- timestamps -----------------------------------------------------------------
+
+    def run_timestamps(
+        self,
+        trace: list[TraceRequest],
+        max_num_seqs: int,
+        step_model: StepModel,
+        progress: Callable[[int], None],
+    ) -> None:
+        from vllm.v1.request import RequestStatus
+
+        pending = deque(sorted(enumerate(trace), key=lambda item: item[1].timestamp_ms))
+        by_id = {trace_request.request_id: trace_request for trace_request in trace}
+        waiting: deque[Any] = deque()
+        running: list[Any] = []
+        now_ms = 0.0
+        while pending or waiting or running:
+            if not waiting and not running:
+                now_ms = max(now_ms, pending[0][1].timestamp_ms)
+            while pending and pending[0][1].timestamp_ms <= now_ms:
+                index, trace_request = pending.popleft()
+                self.clock.set_ms(trace_request.timestamp_ms)
+                waiting.append(self._arrive(trace_request, index))
+            self.clock.set_ms(now_ms)
+
+            for request in list(running):
+                if request not in running:
+                    continue  # preempted earlier in this step
+                trace_request = by_id[request.request_id]
+                if request.num_output_tokens >= trace_request.output_length:
+                    running.remove(request)
+                    self._finish(request)
+                    progress(1)
+                    continue
+                while self.manager.allocate_slots(request, 1) is None:
+                    victim = running.pop()
+                    self.manager.free(victim)
+                    victim.status = RequestStatus.PREEMPTED
+                    victim.num_computed_tokens = 0
+                    victim.num_preemptions += 1
+                    self.hooks.on_preempt(victim)
+                    waiting.appendleft(victim)
+                    if victim is request:
+                        break
+                else:
+                    request.num_computed_tokens += 1
+                    request.append_output_token_ids(
+                        self._output_tokens(trace_request, request.num_output_tokens, 1)
+                    )
+
+            num_prefill_tokens = 0
+            while waiting and len(running) < max_num_seqs:
+                request = waiting[0]
+                num_computed = self._admit(request)
+                if num_computed is None:
+                    if not running:
+                        raise self._too_small(by_id[request.request_id])
+                    break
+                waiting.popleft()
+                running.append(request)
+                num_prefill_tokens += num_computed
+                trace_request = by_id[request.request_id]
+                if request.num_output_tokens < trace_request.output_length:
+                    request.append_output_token_ids(
+                        self._output_tokens(trace_request, request.num_output_tokens, 1)
+                    )
+
+            self._step_done()
+            now_ms += step_model.step_ms + num_prefill_tokens * step_model.prefill_us_per_token / 1000

@@ -1,0 +1,130 @@
+"""One DuckDB file per run: create it, append records in Arrow batches, open it to read."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from collector.ingest import to_batch
+from collector.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
+from engine_hooks.events import Event
+
+FLUSH_RECORDS = 250_000
+KVSCOPE_VERSION = "0.1.0"
+
+
+class StoreError(RuntimeError):
+    """A run file that cannot be used; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run was: its source and the cache settings it ran with."""
+
+    source: str
+    block_size: int
+    num_blocks: int
+    hash_algo: str
+    vllm_version: str
+    trace: str | None = None
+    timing: str | None = None
+    max_num_seqs: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
+
+
+class RunStore:
+    """A run file open for writing (`create`) or reading (`open`)."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+        self.connection = connection
+        self.path = path
+        self._pending: list[Event] = []
+        self.num_records = 0
+
+    @classmethod
+    def create(cls, path: Path, config: RunConfig) -> RunStore:
+        """Create a new run file; refuses to overwrite one."""
+        if path.exists():
+            raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
+        connection = duckdb.connect(str(path))
+        for statement in CREATE_STATEMENTS:
+            connection.execute(statement)
+        connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        values = asdict(config)
+        values["options"] = json.dumps(config.options, sort_keys=True)
+        values["kvscope_version"] = KVSCOPE_VERSION
+        names = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        connection.execute(f"INSERT INTO runs ({names}) VALUES ({marks})", list(values.values()))
+        for statement in DERIVED_STATEMENTS:
+            connection.execute(statement)
+        return cls(connection, path)
+
+    @classmethod
+    def open(cls, path: Path, read_only: bool = True) -> RunStore:
+        """Open an existing run file, checking that its schema is the one this kvscope reads."""
+        if not path.is_file():
+            raise StoreError(f"{path}: no such run file")
+        try:
+            connection = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as error:
+            raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
+        try:
+            row = connection.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'"
+            ).fetchone()
+        except duckdb.CatalogException as error:
+            connection.close()
+            raise StoreError(f"{path}: not a kvscope run (no meta table)") from error
+        version = None if row is None else row[0]
+        if version != str(SCHEMA_VERSION):
+            connection.close()
+            raise StoreError(
+                f"{path}: run schema version {version}, this kvscope reads version "
+                f"{SCHEMA_VERSION}; replay the trace again or use the matching kvscope"
+            )
+        return cls(connection, path)
+
+    def append(self, records: list[Event]) -> None:
+        """Queue records; they reach the file in batches of about FLUSH_RECORDS."""
+        self._pending.extend(records)
+        if len(self._pending) >= FLUSH_RECORDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every queued record in one transaction."""
+        if not self._pending:
+            return
+        batch = to_batch(self._pending)
+        self.num_records += len(self._pending)
+        self._pending = []
+        connection = self.connection
+        connection.begin()
+        for table_name, table in batch.tables():
+            connection.register("_batch", table)
+            connection.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
+            connection.unregister("_batch")
+        connection.commit()
+
+    def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
+        """Flush, rebuild the derived tables, and stamp the run as finished."""
+        self.flush()
+        for statement in DERIVED_STATEMENTS:
+            self.connection.execute(statement)
+        queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
+        self.connection.execute(
+            "UPDATE runs SET finished_at = ?, vllm_prefix_cache_queries = ?, "
+            "vllm_prefix_cache_hits = ?",
+            [datetime.now(UTC).replace(tzinfo=None), queries, hits],
+        )
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,81 @@
+"""The headline figures of one run, the same for `kvscope replay --json` and `kvscope summary`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+_SUMMARY_SQL = """
+WITH lookups AS (
+    SELECT
+        count(*) AS requests,
+        coalesce(sum(num_prompt_tokens), 0) AS prompt_tokens,
+        coalesce(sum(num_hit_tokens), 0) AS hit_tokens,
+        coalesce(sum(num_hit_blocks), 0) AS hit_blocks,
+        coalesce(sum((num_prompt_tokens + runs.block_size - 1) // runs.block_size), 0)
+            AS prompt_blocks
+    FROM events, runs
+    WHERE kind = 'lookup' AND NOT preempted
+),
+counts AS (
+    SELECT
+        count(*) FILTER (WHERE kind = 'evict') AS evictions,
+        count(*) FILTER (WHERE kind = 'store') AS stores,
+        count(*) FILTER (WHERE kind = 'hit') AS block_hits,
+        count(*) FILTER (WHERE kind = 'preempt') AS preemptions,
+        count(*) FILTER (WHERE kind = 'reset') AS resets,
+        coalesce(sum(num_lost) FILTER (WHERE kind = 'drop'), 0) AS dropped_events,
+        count(*) AS event_rows
+    FROM events
+)
+SELECT
+    lookups.*,
+    counts.*,
+    (SELECT count(*) FROM pool) AS pool_rows,
+    (SELECT count(*) FROM collisions) AS collisions,
+    runs.block_size,
+    runs.num_blocks,
+    runs.hash_algo,
+    runs.vllm_prefix_cache_queries,
+    runs.vllm_prefix_cache_hits
+FROM lookups, counts, runs
+"""
+
+
+def run_summary(connection: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Requests, hit ratios (tokens and blocks), evictions and record counts of a run.
+
+    token_hit_ratio is vLLM's PrefixCacheStats ratio: hit tokens / looked-up tokens over
+    requests admitted for the first time. block_hit_ratio is hit blocks / prompt blocks, a
+    prompt having ceil(tokens / block size) blocks (the partial last block counts).
+    """
+    cursor = connection.execute(_SUMMARY_SQL)
+    names = [column[0] for column in cursor.description]
+    row = cursor.fetchone()
+    assert row is not None
+    figures = dict(zip(names, row, strict=True))
+    prompt_tokens = figures["prompt_tokens"]
+    prompt_blocks = figures["prompt_blocks"]
+    return {
+        "requests": figures["requests"],
+        "token_hit_ratio": figures["hit_tokens"] / prompt_tokens if prompt_tokens else 0.0,
+        "block_hit_ratio": figures["hit_blocks"] / prompt_blocks if prompt_blocks else 0.0,
+        "evictions": figures["evictions"],
+        "events": figures["event_rows"] + figures["pool_rows"] + figures["collisions"],
+        "prompt_tokens": prompt_tokens,
+        "hit_tokens": figures["hit_tokens"],
+        "prompt_blocks": prompt_blocks,
+        "hit_blocks": figures["hit_blocks"],
+        "stores": figures["stores"],
+        "block_hits": figures["block_hits"],
+        "preemptions": figures["preemptions"],
+        "resets": figures["resets"],
+        "collisions": figures["collisions"],
+        "dropped_events": figures["dropped_events"],
+        "block_size": figures["block_size"],
+        "num_blocks": figures["num_blocks"],
+        "hash_algo": figures["hash_algo"],
+        "vllm_prefix_cache_queries": figures["vllm_prefix_cache_queries"],
+        "vllm_prefix_cache_hits": figures["vllm_prefix_cache_hits"],
+    }

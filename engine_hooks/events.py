@@ -1,0 +1,188 @@
+"""The event records kvscope captures inside the engine: the wire format is the producer's.
+
+Every record is a msgspec Struct in one tagged union (`Event`), encoded as a msgpack
+array whose first element is the tag. Common fields come first (`seq`, `ts_ns`,
+`request_id`), then the event's own fields, then the optional context fields
+(`tenant`, `lora`, `engine_id`, `dp_rank`).
+
+Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix),
+never Python `hash()` values. `seq` increases by one per record inside one engine:
+a gap means records were dropped, and a `Drop` record says how many.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
+    """Optional context carried by every record; kw_only keeps it at the end."""
+
+    tenant: str | None = None
+    lora: str | None = None
+    engine_id: str = ""
+    dp_rank: int = 0
+
+
+class _Record(_Context, array_like=True, tag_field="kind", gc=False):
+    """Fields every record starts with."""
+
+    seq: int
+    ts_ns: int
+    request_id: str | None
+
+
+class Arrive(_Record, tag="arrive"):
+    """A request reached the engine (prompt length, keyed salt hash, opt-in token ids)."""
+
+    num_prompt_tokens: int
+    salt_hash: str | None = None
+    token_ids: list[int] | None = None
+
+
+class Lookup(_Record, tag="lookup"):
+    """A request's prefix was looked up when it was admitted (what PrefixCacheStats counts).
+
+    `num_prompt_tokens` is every token looked up: the prompt, plus the output so far for a
+    request resumed after preemption (`preempted`), as vLLM counts its queries.
+    """
+
+    num_prompt_tokens: int
+    num_hit_tokens: int
+    num_hit_blocks: int
+    preempted: bool
+
+
+class Hit(_Record, tag="hit"):
+    """A cached block was reused by a request."""
+
+    block_id: int
+    block_hash: bytes
+
+
+class Allocate(_Record, tag="allocate"):
+    """A block left the free queue for a request."""
+
+    block_id: int
+
+
+class Store(_Record, tag="store"):
+    """A full block's hash entered the prefix cache."""
+
+    block_id: int
+    block_hash: bytes
+    parent_block_hash: bytes | None
+    num_tokens: int
+    extra_keys: tuple[str, ...] | None = None
+    token_ids: list[int] | None = None
+
+
+class Evict(_Record, tag="evict"):
+    """A cached block's hash was dropped so the block could be reused."""
+
+    block_id: int
+    block_hash: bytes
+    age_ns: int
+    num_hits: int
+
+
+class Free(_Record, tag="free"):
+    """A request released a block; it stays cached if it has a hash."""
+
+    block_id: int
+    ref_cnt: int
+
+
+class Collision(_Record, tag="collision"):
+    """A block hash matched but the block's content did not: another prompt's KV was reused."""
+
+    block_id: int
+    block_hash: bytes
+    stored_by: str | None
+    stored_fingerprint: bytes
+    request_fingerprint: bytes
+
+
+class Reset(_Record, tag="reset"):
+    """The whole prefix cache was cleared, dropping `num_cleared` cached blocks."""
+
+    num_cleared: int
+
+
+class Pool(_Record, tag="pool"):
+    """Pool state after a scheduler step (the null block is not counted)."""
+
+    num_free: int
+    num_cached_free: int
+    num_in_use: int
+
+
+class Schedule(_Record, tag="schedule"):
+    """A request was scheduled (first time, or again after a preemption)."""
+
+
+class Preempt(_Record, tag="preempt"):
+    """A running request was preempted and its blocks freed."""
+
+
+class Finish(_Record, tag="finish"):
+    """A request finished and released its blocks."""
+
+    num_output_tokens: int
+
+
+class Drop(_Record, tag="drop"):
+    """The buffer overflowed: `num_lost` records (a gap in `seq`) never left the engine."""
+
+    num_lost: int
+
+
+Event = (
+    Arrive
+    | Lookup
+    | Hit
+    | Allocate
+    | Store
+    | Evict
+    | Free
+    | Collision
+    | Reset
+    | Pool
+    | Schedule
+    | Preempt
+    | Finish
+    | Drop
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Arrive,
+    Lookup,
+    Hit,
+    Allocate,
+    Store,
+    Evict,
+    Free,
+    Collision,
+    Reset,
+    Pool,
+    Schedule,
+    Preempt,
+    Finish,
+    Drop,
+)
+
+KIND_BY_TYPE: dict[type[Event], str] = {
+    cls: str(cls.__struct_config__.tag) for cls in EVENT_TYPES
+}
+
+EVENT_KINDS: tuple[str, ...] = tuple(KIND_BY_TYPE.values())
+
+
+def encoder() -> msgspec.msgpack.Encoder:
+    """Return an encoder for lists of records."""
+    return msgspec.msgpack.Encoder()
+
+
+def decoder() -> msgspec.msgpack.Decoder[list[Event]]:
+    """Return a decoder for lists of records."""
+    return msgspec.msgpack.Decoder(list[Event])

@@ -1,0 +1,475 @@
+"""Hooks on one live vLLM v1 `KVCacheManager` and its `BlockPool`, recording block events.
+
+`KVCacheHooks.attach()` shadows a few bound methods with instance attributes that call the
+original first and then record what happened; vLLM's files and classes are untouched, and
+`detach()` deletes the instance attributes so attribute lookup reaches the class again.
+
+What the hooks keep for themselves (never read back by vLLM): the hash each cached block
+was stored under, when, and how often it was hit since. This shadow mirrors vLLM's own
+`block.block_hash` exactly, because every place that sets or clears a hash in a one-group
+full-attention pool goes through a hooked method:
+  set:    `cache_full_blocks`
+  clear:  `get_new_blocks` (eviction on reuse), `evict_blocks`, `reset_prefix_cache`.
+
+The hooks record block records without tenant or LoRA; those sit on the request records
+(`Arrive`, `Lookup`) and a block record reaches them through `request_id`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from engine_hooks.buffer import EventBuffer
+from engine_hooks.events import (
+    Allocate,
+    Arrive,
+    Drop,
+    Event,
+    Evict,
+    Finish,
+    Free,
+    Hit,
+    Lookup,
+    Pool,
+    Preempt,
+    Reset,
+    Schedule,
+    Store,
+)
+from engine_hooks.privacy import Pseudonymizer
+
+Clock = Callable[[], int]
+
+_MANAGER_METHODS = ("allocate_slots", "free", "record_prefix_cache_stats")
+_POOL_METHODS = (
+    "get_new_blocks",
+    "touch",
+    "cache_full_blocks",
+    "free_blocks",
+    "evict_blocks",
+    "reset_prefix_cache",
+)
+
+
+class UnsupportedCacheLayout(RuntimeError):
+    """The manager is not one the hooks can mirror exactly (e.g. several KV cache groups)."""
+
+
+class KVCacheHooks:
+    """Records every block event of one `KVCacheManager` into an `EventBuffer`."""
+
+    def __init__(
+        self,
+        manager: Any,
+        buffer: EventBuffer,
+        *,
+        pseudonymizer: Pseudonymizer,
+        clock: Clock = time.monotonic_ns,
+        engine_id: str = "",
+        dp_rank: int = 0,
+        record_token_ids: bool = False,
+    ) -> None:
+        groups = manager.kv_cache_config.kv_cache_groups
+        if len(groups) != 1:
+            raise UnsupportedCacheLayout(
+                f"kvscope mirrors one KV cache group, this manager has {len(groups)}"
+            )
+        self._manager = manager
+        self._pool = manager.block_pool
+        self._buffer = buffer
+        self._pseudonymizer = pseudonymizer
+        self._clock = clock
+        self.engine_id = engine_id
+        self.dp_rank = dp_rank
+        self.record_token_ids = record_token_ids
+        self.block_size: int = groups[0].kv_cache_spec.block_size
+        num_blocks: int = self._pool.num_gpu_blocks
+        self._block_hashes: list[bytes | None] = [None] * num_blocks
+        self._stored_ns: list[int] = [0] * num_blocks
+        self._num_hits: list[int] = [0] * num_blocks
+        self._num_cached_free = 0
+        self._request: Any = None
+        self._seq = 0
+        self._num_unreported_lost = 0
+        self.num_lost = 0
+        self._attached: list[tuple[Any, str]] = []
+
+    # -- attach / detach ---------------------------------------------------------------
+
+    def attach(self) -> KVCacheHooks:
+        """Install the hooks on the manager and its pool; returns self."""
+        if self._attached:
+            raise RuntimeError("hooks are already attached")
+        for name in _MANAGER_METHODS + _POOL_METHODS:
+            target = self._manager if name in _MANAGER_METHODS else self._pool
+            if name in vars(target):
+                self.detach()
+                raise RuntimeError(f"{type(target).__name__}.{name} is already patched")
+            wrapper = getattr(self, f"_make_{name}")(getattr(target, name))
+            setattr(target, name, wrapper)
+            self._attached.append((target, name))
+        return self
+
+    def detach(self) -> None:
+        """Remove every hook; the manager and pool behave exactly as before attach."""
+        for target, name in reversed(self._attached):
+            delattr(target, name)
+        self._attached.clear()
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._attached)
+
+    # -- records the caller reports ---------------------------------------------------
+
+    def on_arrive(self, request: Any, tenant: str | None = None) -> None:
+        """Record a request reaching the engine, with what the engine knows of it."""
+        lora = request.lora_request.lora_name if request.lora_request else None
+        token_ids = list(request.prompt_token_ids) if self.record_token_ids else None
+        record = Arrive(
+            self._next_seq(),
+            self._clock(),
+            request.request_id,
+            request.num_prompt_tokens,
+            self._pseudonymizer.salt(request.cache_salt),
+            token_ids,
+            tenant=self._pseudonymizer.tenant(tenant),
+            lora=lora,
+            engine_id=self.engine_id,
+            dp_rank=self.dp_rank,
+        )
+        self._emit([record])
+
+    def on_schedule(self, request: Any) -> None:
+        self._emit([Schedule(self._next_seq(), self._clock(), request.request_id)])
+
+    def on_preempt(self, request: Any) -> None:
+        self._emit([Preempt(self._next_seq(), self._clock(), request.request_id)])
+
+    def on_finish(self, request: Any) -> None:
+        record = Finish(
+            self._next_seq(), self._clock(), request.request_id, request.num_output_tokens
+        )
+        self._emit([record])
+
+    def record_pool_state(self) -> None:
+        """Record free, cached-but-free and in-use blocks (call after each scheduler step)."""
+        num_free = self._pool.get_num_free_blocks()
+        num_usable = self._pool.num_gpu_blocks - 1  # the null block is never handed out
+        record = Pool(
+            self._next_seq(),
+            self._clock(),
+            None,
+            num_free,
+            self._num_cached_free,
+            num_usable - num_free,
+        )
+        self._emit([record])
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks holding a prefix-cache hash right now, as the hooks saw them stored."""
+        return sum(1 for block_hash in self._block_hashes if block_hash is not None)
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        seq = self._seq
+        self._seq = seq + 1
+        return seq
+
+    def _emit(self, records: list[Event]) -> None:
+        if not records:
+            return
+        if self._num_unreported_lost:
+            lost = self._num_unreported_lost
+            records.append(Drop(self._next_seq(), records[0].ts_ns, None, lost))
+        if self._buffer.offer(records):
+            self._num_unreported_lost = 0
+        else:
+            self._num_unreported_lost += len(records)
+            self.num_lost += len(records)
+
+    # -- manager wrappers --------------------------------------------------------------
+
+    def _make_allocate_slots(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def allocate_slots(request: Any, *args: Any, **kwargs: Any) -> Any:
+            self._request = request
+            try:
+                return original(request, *args, **kwargs)
+            finally:
+                self._request = None
+
+        return allocate_slots
+
+    def _make_free(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def free(request: Any) -> None:
+            self._request = request
+            try:
+                original(request)
+            finally:
+                self._request = None
+
+        return free
+
+    def _make_record_prefix_cache_stats(
+        self, original: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        manager = self._manager
+
+        def record_prefix_cache_stats(request: Any, num_hits: int) -> None:
+            original(request, num_hits)
+            if not manager.prefix_cache_lookup_enabled(request):
+                return
+            lora = request.lora_request.lora_name if request.lora_request else None
+            record = Lookup(
+                self._next_seq(),
+                self._clock(),
+                request.request_id,
+                request.num_tokens,
+                num_hits,
+                num_hits // self.block_size,
+                request.num_preemptions > 0,
+                lora=lora,
+                engine_id=self.engine_id,
+                dp_rank=self.dp_rank,
+            )
+            self._emit([record])
+
+        return record_prefix_cache_stats
+
+    # -- pool wrappers -----------------------------------------------------------------
+
+    def _request_id(self) -> str | None:
+        request = self._request
+        return None if request is None else request.request_id  # type: ignore[no-any-return]
+
+    def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        block_hashes = self._block_hashes
+        stored_ns = self._stored_ns
+        num_hits = self._num_hits
+
+        def get_new_blocks(num_blocks: int) -> Any:
+            blocks = original(num_blocks)
+            now = self._clock()
+            request_id = self._request_id()
+            seq = self._seq
+            records: list[Event] = []
+            num_evicted = 0
+            for block in blocks:
+                block_id = block.block_id
+                block_hash = block_hashes[block_id]
+                if block_hash is not None:
+                    # vLLM drops the hash of a cached free block when it hands it out.
+                    records.append(
+                        Evict(
+                            seq,
+                            now,
+                            request_id,
+                            block_id,
+                            block_hash,
+                            now - stored_ns[block_id],
+                            num_hits[block_id],
+                        )
+                    )
+                    seq += 1
+                    block_hashes[block_id] = None
+                    num_evicted += 1
+                records.append(Allocate(seq, now, request_id, block_id))
+                seq += 1
+            self._seq = seq
+            self._num_cached_free -= num_evicted
+            self._emit(records)
+            return blocks
+
+        return get_new_blocks
+
+    def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        block_hashes = self._block_hashes
+        num_hits = self._num_hits
+
+        def touch(blocks: Sequence[Any]) -> None:
+            original(blocks)
+            now = self._clock()
+            request_id = self._request_id()
+            seq = self._seq
+            records: list[Event] = []
+            num_left_free_queue = 0
+            for block in blocks:
+                if block.is_null:
+                    continue
+                block_id = block.block_id
+                if block.ref_cnt == 1:
+                    num_left_free_queue += 1
+                num_hits[block_id] += 1
+                records.append(Hit(seq, now, request_id, block_id, block_hashes[block_id] or b""))
+                seq += 1
+            self._seq = seq
+            self._num_cached_free -= num_left_free_queue
+            self._emit(records)
+
+        return touch
+
+    def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        block_hashes = self._block_hashes
+        stored_ns = self._stored_ns
+        num_hits = self._num_hits
+        hash_block_size: int = self._pool.hash_block_size
+
+        def cache_full_blocks(
+            request: Any,
+            blocks: list[Any],
+            num_cached_blocks: int,
+            num_full_blocks: int,
+            block_size: int,
+            kv_cache_group_id: int,
+            block_mask: list[bool] | None = None,
+        ) -> None:
+            original(
+                request=request,
+                blocks=blocks,
+                num_cached_blocks=num_cached_blocks,
+                num_full_blocks=num_full_blocks,
+                block_size=block_size,
+                kv_cache_group_id=kv_cache_group_id,
+                block_mask=block_mask,
+            )
+            if num_cached_blocks >= num_full_blocks:
+                return
+            request_hashes = _hashes_at_block_size(
+                request.block_hashes, hash_block_size, block_size
+            )
+            now = self._clock()
+            request_id = request.request_id
+            extra_keys = _extra_key_kinds(request)
+            first_extra_keys = (*extra_keys, "cache_salt") if request.cache_salt else extra_keys
+            token_ids = request.all_token_ids if self.record_token_ids else None
+            seq = self._seq
+            records: list[Event] = []
+            for index in range(num_cached_blocks, num_full_blocks):
+                block = blocks[index]
+                block_id = block.block_id
+                if block.is_null or block.block_hash is None or block_hashes[block_id]:
+                    continue
+                block_hash = request_hashes[index]
+                block_hashes[block_id] = block_hash
+                stored_ns[block_id] = now
+                num_hits[block_id] = 0
+                records.append(
+                    Store(
+                        seq,
+                        now,
+                        request_id,
+                        block_id,
+                        block_hash,
+                        request_hashes[index - 1] if index else None,
+                        block_size,
+                        (first_extra_keys if index == 0 else extra_keys) or None,
+                        None
+                        if token_ids is None
+                        else list(token_ids[index * block_size : (index + 1) * block_size]),
+                    )
+                )
+                seq += 1
+            self._seq = seq
+            self._emit(records)
+
+        return cache_full_blocks
+
+    def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        block_hashes = self._block_hashes
+        pool = self._pool
+
+        def free_blocks(ordered_blocks: Iterable[Any]) -> None:
+            blocks = list(ordered_blocks)
+            original(blocks)
+            now = self._clock()
+            request_id = self._request_id()
+            seq = self._seq
+            records: list[Event] = []
+            num_became_cached_free = 0
+            for block in blocks:
+                if block.is_null or (block.pool is not None and block.pool is not pool):
+                    continue
+                block_id = block.block_id
+                ref_cnt = block.ref_cnt
+                if ref_cnt == 0 and block_hashes[block_id] is not None:
+                    num_became_cached_free += 1
+                records.append(Free(seq, now, request_id, block_id, ref_cnt))
+                seq += 1
+            self._seq = seq
+            self._num_cached_free += num_became_cached_free
+            self._emit(records)
+
+        return free_blocks
+
+    def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        block_hashes = self._block_hashes
+        stored_ns = self._stored_ns
+        num_hits = self._num_hits
+        pool_blocks = self._pool.blocks
+
+        def evict_blocks(block_ids: set[int]) -> None:
+            original(block_ids)
+            now = self._clock()
+            records: list[Event] = []
+            for block_id in sorted(block_ids):
+                block_hash = block_hashes[block_id]
+                if block_hash is None or pool_blocks[block_id].block_hash is not None:
+                    continue
+                block_hashes[block_id] = None
+                if pool_blocks[block_id].ref_cnt == 0:
+                    self._num_cached_free -= 1
+                records.append(
+                    Evict(
+                        self._next_seq(),
+                        now,
+                        None,
+                        block_id,
+                        block_hash,
+                        now - stored_ns[block_id],
+                        num_hits[block_id],
+                    )
+                )
+            self._emit(records)
+
+        return evict_blocks
+
+    def _make_reset_prefix_cache(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        block_hashes = self._block_hashes
+
+        def reset_prefix_cache() -> bool:
+            done: bool = original()
+            if done:
+                num_cleared = sum(1 for block_hash in block_hashes if block_hash is not None)
+                block_hashes[:] = [None] * len(block_hashes)
+                self._num_cached_free = 0
+                self._emit([Reset(self._next_seq(), self._clock(), None, num_cleared)])
+            return done
+
+        return reset_prefix_cache
+
+
+def _hashes_at_block_size(
+    request_hashes: Sequence[bytes], hash_block_size: int, block_size: int
+) -> Sequence[bytes]:
+    """The request's chained hashes at the pool's block size (vLLM's own resolution)."""
+    if hash_block_size == block_size:
+        return request_hashes
+    from vllm.v1.core.kv_cache_utils import resolve_block_hashes
+
+    return resolve_block_hashes(request_hashes, hash_block_size, block_size)  # type: ignore[no-any-return]
+
+
+def _extra_key_kinds(request: Any) -> tuple[str, ...]:
+    """Which kinds of extra hash keys a request's blocks carry (names only, no values)."""
+    kinds: tuple[str, ...] = ()
+    if request.lora_request:
+        kinds += ("lora",)
+    if request.mm_features:
+        kinds += ("mm",)
+    if request.prompt_embeds is not None:
+        kinds += ("prompt_embeds",)
+    return kinds

@@ -1,0 +1,51 @@
+"""Keyed pseudonyms for tenant names and cache salts: labels leave the engine, names don't."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from pathlib import Path
+
+SECRET_ENV = "KVSCOPE_SECRET"
+SECRET_FILE = Path.home() / ".config" / "kvscope" / "secret"
+
+
+def load_secret() -> bytes:
+    """Return this machine's pseudonym key: $KVSCOPE_SECRET, else a 0600 file made once."""
+    from_env = os.environ.get(SECRET_ENV)
+    if from_env:
+        return from_env.encode()
+    try:
+        return SECRET_FILE.read_bytes()
+    except FileNotFoundError:
+        SECRET_FILE.parent.mkdir(parents=True, exist_ok=True)
+        secret = os.urandom(32).hex().encode()
+        fd = os.open(SECRET_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secret)
+        return secret
+
+
+class Pseudonymizer:
+    """Turns private strings into stable keyed labels (HMAC-SHA256, truncated)."""
+
+    def __init__(self, secret: bytes, reveal_tenants: bool = False) -> None:
+        self._secret = secret
+        self.reveal_tenants = reveal_tenants
+
+    def _digest(self, domain: str, value: str) -> str:
+        message = f"{domain}\x00{value}".encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()[:12]
+
+    def tenant(self, name: str | None) -> str | None:
+        """The tenant as stored: the name if the user opted in, else `tenant-<hmac>`."""
+        if name is None:
+            return None
+        return name if self.reveal_tenants else f"tenant-{self._digest('tenant', name)}"
+
+    def salt(self, salt: str | None) -> str | None:
+        """A keyed hash of a cache salt; the salt itself is never stored."""
+        if not salt:
+            return None
+        return f"salt-{self._digest('salt', salt)}"

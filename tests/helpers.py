@@ -1,0 +1,37 @@
+"""Tiny helpers for tests that drive vLLM's real KV cache manager directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+
+SECRET = b"kvscope-tests"
+
+
+def make_manager(block_size: int, num_blocks: int, kv_events: bool = False) -> Any:
+    """A real KVCacheManager; `kv_events` turns on vLLM's own KV events as a witness."""
+    settings = CacheSettings(block_size, num_blocks)
+    manager = make_kv_cache_manager(settings, kv_events=kv_events)
+    return manager, make_block_hasher(settings)
+
+
+def make_hooks(manager: Any, clock: Any = None, **kwargs: Any) -> tuple[KVCacheHooks, EventBuffer]:
+    buffer = EventBuffer()
+    options: dict[str, Any] = {"pseudonymizer": Pseudonymizer(SECRET)}
+    if clock is not None:
+        options["clock"] = clock
+    options.update(kwargs)
+    return KVCacheHooks(manager, buffer, **options), buffer
+
+
+def cached_block_count(manager: Any) -> int:
+    """Blocks that hold a prefix-cache hash, read from vLLM's own pool."""
+    return sum(1 for block in manager.block_pool.blocks if block.block_hash is not None)
+
+
+def cached_free_count(manager: Any) -> int:
+    """Free blocks that still hold a hash, read from vLLM's own free queue."""
+    free_blocks = manager.block_pool.free_block_queue.get_all_free_blocks()
+    return sum(1 for block in free_blocks if block.block_hash is not None)

@@ -1,0 +1,86 @@
+"""The hooks must not change vLLM: same hits, same blocks, same evictions in the same order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from collector.block_manager import make_request
+from collector.traces import read_trace
+from engine_hooks.events import Evict
+from tests.helpers import make_hooks, make_manager
+
+BLOCK_SIZE = 16
+NUM_BLOCKS = 40_000  # 640k tokens: the first 300 prompts (4.6M tokens) hit and evict
+
+
+def drive(trace_path: Path, hooks_on: bool) -> tuple[list[tuple[Any, ...]], list[Any], list[Any]]:
+    """Replay the first 300 requests; return per-request facts, vLLM's removals, our evictions.
+
+    Evicted block ids come from vLLM's own state: a block handed out for a request that held
+    a hash in the free queue just before was evicted, in the order vLLM handed it out.
+    """
+    manager, block_hasher = make_manager(BLOCK_SIZE, NUM_BLOCKS, kv_events=True)
+    hooks, buffer = make_hooks(manager)
+    if hooks_on:
+        hooks.attach()
+    facts: list[tuple[Any, ...]] = []
+    removed: list[Any] = []
+    for index, trace_request in enumerate(read_trace(trace_path)[:300]):
+        request = make_request(trace_request.request_id, trace_request.prompt_token_ids(), block_hasher)
+        hashed_before = {
+            block.block_id: block.block_hash
+            for block in manager.block_pool.free_block_queue.get_all_free_blocks()
+        }
+        blocks, num_hit_tokens, _ = manager.get_computed_blocks(request)
+        new_blocks = manager.allocate_slots(
+            request, request.num_tokens - num_hit_tokens, num_hit_tokens, blocks
+        )
+        assert new_blocks is not None
+        manager.record_prefix_cache_stats(request, num_hit_tokens)
+        new_ids = new_blocks.get_block_ids()[0]
+        evicted = [block_id for block_id in new_ids if hashed_before[block_id] is not None]
+        request.num_computed_tokens = request.num_tokens
+        request.append_output_token_ids([10**9 + index])
+        facts.append((num_hit_tokens, manager.get_block_ids(request.request_id), evicted))
+        manager.free(request)
+        removed.extend(
+            event.block_hashes for event in manager.take_events() if type(event).__name__ == "BlockRemoved"
+        )
+    ours = [record for record in buffer.take() if isinstance(record, Evict)]
+    hooks.detach()
+    return facts, removed, ours
+
+
+def test_hooks_do_not_change_hits_blocks_or_evictions(mooncake_trace: Path) -> None:
+    facts_off, removed_off, ours_off = drive(mooncake_trace, hooks_on=False)
+    facts_on, removed_on, ours_on = drive(mooncake_trace, hooks_on=True)
+
+    assert ours_off == []
+    assert len(facts_on) == 300
+    assert sum(1 for facts in facts_on if facts[0] > 0) >= 5, "the prefix cache must be hit"
+    evicted_off = [block_id for facts in facts_off for block_id in facts[2]]
+    assert len(evicted_off) > 10_000, "the pool must be small enough to evict"
+
+    assert [facts[0] for facts in facts_on] == [facts[0] for facts in facts_off]
+    assert [facts[1] for facts in facts_on] == [facts[1] for facts in facts_off]
+    assert [facts[2] for facts in facts_on] == [facts[2] for facts in facts_off]
+    assert removed_on == removed_off
+
+    # And the hooks saw exactly those evictions, in that order, under those hashes.
+    assert [record.block_id for record in ours_on] == evicted_off
+    # vLLM's events carry the low 64 bits of each hash, as kvscope's run files do.
+    assert [[int.from_bytes(record.block_hash[-8:], "big")] for record in ours_on] == removed_off
+
+
+def test_detach_restores_the_manager_exactly() -> None:
+    manager, _ = make_manager(BLOCK_SIZE, 64)
+    pool = manager.block_pool
+    before = (dict(vars(manager)), dict(vars(pool)))
+    hooks, _ = make_hooks(manager)
+    hooks.attach()
+    assert "allocate_slots" in vars(manager)
+    assert "get_new_blocks" in vars(pool)
+    hooks.detach()
+    assert (dict(vars(manager)), dict(vars(pool))) == before
+    assert type(manager).allocate_slots is manager.allocate_slots.__func__

@@ -1,0 +1,99 @@
+"""Property tests: for any workload, hooks on or off give the same vLLM behaviour, and the
+hooks' own accounting matches vLLM's pool state after every step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.block_manager import make_request
+from engine_hooks.events import Evict, Pool, Reset, Store
+from tests.helpers import cached_block_count, cached_free_count, make_hooks, make_manager
+
+BLOCK_SIZE = 4
+
+prefixes = st.lists(st.integers(0, 50), min_size=0, max_size=12)
+request_specs = st.tuples(
+    st.integers(0, 3),  # which shared prefix
+    st.lists(st.integers(0, 50), min_size=1, max_size=10),  # own tail
+    st.integers(0, 6),  # output tokens
+)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("admit"), request_specs),
+        st.tuples(st.just("finish"), st.integers(0, 7)),
+        st.tuples(st.just("decode"), st.integers(0, 7)),
+        st.tuples(st.just("reset"), st.just(0)),
+        st.tuples(st.just("evict"), st.integers(1, 23)),
+    ),
+    max_size=60,
+)
+
+
+def run(ops: list[Any], shared: list[list[int]], hooks_on: bool) -> tuple[list[Any], Any, Any]:
+    manager, block_hasher = make_manager(BLOCK_SIZE, 24)
+    hooks, buffer = make_hooks(manager)
+    if hooks_on:
+        hooks.attach()
+    outcomes: list[Any] = []
+    running: list[Any] = []
+    for number, (name, argument) in enumerate(ops):
+        if name == "admit":
+            prefix_index, tail, num_outputs = argument
+            request = make_request(f"r{number}", shared[prefix_index] + tail, block_hasher)
+            blocks, num_hits, _ = manager.get_computed_blocks(request)
+            allocated = manager.allocate_slots(request, request.num_tokens - num_hits, num_hits, blocks)
+            outcomes.append((name, num_hits, None if allocated is None else allocated.get_block_ids()))
+            if allocated is not None:
+                manager.record_prefix_cache_stats(request, num_hits)
+                request.num_computed_tokens = request.num_tokens
+                request.append_output_token_ids(list(range(900, 900 + num_outputs)))
+                running.append(request)
+        elif name in ("finish", "decode") and running:
+            request = running[argument % len(running)]
+            if name == "finish":
+                running.remove(request)
+                manager.free(request)
+                outcomes.append((name, request.request_id))
+            elif request.num_computed_tokens < request.num_tokens:
+                allocated = manager.allocate_slots(request, 1)
+                outcomes.append((name, None if allocated is None else allocated.get_block_ids()))
+                if allocated is not None:
+                    request.num_computed_tokens += 1
+        elif name == "reset":
+            outcomes.append((name, manager.reset_prefix_cache()))
+        elif name == "evict":
+            manager.evict_blocks({argument})
+            outcomes.append((name, argument))
+        if hooks_on:
+            hooks.record_pool_state()
+            assert hooks.num_cached_blocks == cached_block_count(manager)
+            pool_record = buffer.take()
+            last = pool_record[-1]
+            assert isinstance(last, Pool)
+            assert last.num_cached_free == cached_free_count(manager)
+            assert min(last.num_free, last.num_cached_free, last.num_in_use) >= 0
+            assert last.num_cached_free <= last.num_free
+            outcomes.append(("records", pool_record))
+    final_state = [(block.block_id, block.ref_cnt, block.block_hash) for block in manager.block_pool.blocks]
+    free_order = [block.block_id for block in manager.block_pool.free_block_queue.get_all_free_blocks()]
+    return outcomes, final_state, (free_order, cached_block_count(manager))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations, shared=st.lists(prefixes, min_size=4, max_size=4))
+def test_hooks_never_change_vllm_and_account_exactly(ops: list[Any], shared: list[list[int]]) -> None:
+    outcomes_on, state_on, (order_on, cached_on) = run(ops, shared, hooks_on=True)
+    outcomes_off, state_off, (order_off, _) = run(ops, shared, hooks_on=False)
+    records = [record for name, *rest in outcomes_on if name == "records" for record in rest[0]]
+    assert [outcome for outcome in outcomes_on if outcome[0] != "records"] == outcomes_off
+    assert state_on == state_off
+    assert order_on == order_off
+    stores = sum(1 for record in records if isinstance(record, Store))
+    evictions = sum(1 for record in records if isinstance(record, Evict))
+    cleared = sum(record.num_cleared for record in records if isinstance(record, Reset))
+    assert stores - evictions - cleared == cached_on
+    sequence = [record.seq for record in records]
+    assert sequence == list(range(len(sequence))), "no gaps, no reordering"
