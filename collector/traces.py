@@ -9,6 +9,7 @@ kvscope (`token_ids`): see README.md, "Request-trace format".
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterator
@@ -65,7 +66,10 @@ def read_trace(path: Path, trace_format: str = "auto") -> list[TraceRequest]:
     if trace_format not in FORMATS:
         raise ValueError(f"unknown trace format {trace_format!r}; use one of {FORMATS}")
     try:
-        handle = path.open(encoding="utf-8")
+        if path.suffix == ".gz":
+            handle = gzip.open(path, "rt", encoding="utf-8")
+        else:
+            handle = path.open(encoding="utf-8")
     except OSError as error:
         raise TraceError(path, 0, f"cannot open: {error.strerror}") from error
     requests: list[TraceRequest] = []
@@ -92,6 +96,8 @@ def _numbered_lines(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
                 yield line_number, text
     except UnicodeDecodeError as error:
         raise TraceError(path, line_number + 1, f"not UTF-8 text: {error.reason}") from error
+    except (OSError, EOFError) as error:
+        raise TraceError(path, line_number + 1, f"cannot read: {error}") from error
 
 
 def _parse_line(

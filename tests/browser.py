@@ -1,0 +1,109 @@
+"""A real app server and a real headless Chromium, for screenshots of every page."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1500,1300",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def app_server(repo: Path, *arguments: str) -> Iterator[str]:
+    """`streamlit run visualizer/app.py` on 127.0.0.1; yields its base URL."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "streamlit", "run", str(repo / "visualizer" / "app.py"),
+        "--server.headless", "true", "--server.address", "127.0.0.1",
+        "--server.port", str(port), "--browser.gatherUsageStats", "false",
+    ]
+    if arguments:
+        command += ["--", *arguments]
+    process = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("the app server did not come up in 90 s")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A Selenium-driven headless Chromium from the system's packages (no downloads)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={Path(os.environ.get('TMPDIR', '/tmp')) / f'kvscope-chromium-{os.getpid()}'}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot_page(driver: Any, url: str, path: Path, min_charts: int, timeout_s: float = 60) -> dict[str, Any]:
+    """Open a page, wait until its charts are drawn and Streamlit is idle, save a PNG."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        charts = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
+        running = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"]')
+        if len(charts) >= min_charts and not running:
+            break
+        time.sleep(0.5)
+    time.sleep(1.5)  # let the last chart finish its transition
+    exceptions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1500, max(1300, min(int(height) + 200, 6000)))
+    time.sleep(0.5)
+    driver.save_screenshot(str(path))
+    return {
+        "charts": len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")),
+        "exceptions": [element.text for element in exceptions],
+        "title": driver.title,
+    }

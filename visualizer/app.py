@@ -1,0 +1,21 @@
+"""kvscope's app: `streamlit run visualizer/app.py [-- --db RUN.duckdb]`."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pathlib import Path
+
+PAGES = Path(__file__).parent / "pages"
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvscope", layout="wide")
+    pages = [
+        st.Page(PAGES / "overview.py", title="Overview", default=True),
+        st.Page(PAGES / "free_blocks.py", title="Free blocks"),
+    ]
+    st.navigation(pages).run()
+
+
+main()

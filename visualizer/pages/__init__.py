@@ -1,0 +1,1 @@
+"""One module per page, each with a `render()` function."""

@@ -1,0 +1,45 @@
+"""Which run the app shows, and a read-only connection to it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import duckdb
+import streamlit as st
+
+from collector.store import RunStore
+
+SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
+RUN_PATH_KEY = "run_path"
+
+
+def run_from_arguments(argv: list[str] | None = None) -> Path:
+    """The run named by `-- --db RUN.duckdb`, else $KVSCOPE_DB, else the committed sample."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db", type=Path)
+    known, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if known.db is not None:
+        return Path(known.db)
+    from_environment = os.environ.get("KVSCOPE_DB")
+    return Path(from_environment) if from_environment else SAMPLE_RUN
+
+
+def current_run() -> Path:
+    """The run chosen in this session (the run picker), else the one from the command line."""
+    if RUN_PATH_KEY not in st.session_state:
+        st.session_state[RUN_PATH_KEY] = str(run_from_arguments())
+    return Path(st.session_state[RUN_PATH_KEY])
+
+
+@st.cache_resource(max_entries=4)
+def _connection(path: str, modified_ns: int) -> duckdb.DuckDBPyConnection:
+    del modified_ns  # part of the cache key: a rewritten file gets a fresh connection
+    return RunStore.open(Path(path)).connection
+
+
+def connect(path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a run file (opened once per file version)."""
+    return _connection(str(path), path.stat().st_mtime_ns).cursor()
