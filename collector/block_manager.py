@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,9 @@ class CacheSettings:
         if self.block_size <= 0:
             raise ValueError(f"block size must be positive, got {self.block_size}")
         if self.num_blocks < 2:
-            raise ValueError(f"need at least 2 blocks (one is vLLM's null block), got {self.num_blocks}")
+            raise ValueError(
+                f"need at least 2 blocks (one is vLLM's null block), got {self.num_blocks}"
+            )
         if self.hash_algo not in HASH_ALGOS:
             raise ValueError(f"unknown hash algorithm {self.hash_algo!r}; use one of {HASH_ALGOS}")
 
@@ -57,20 +58,20 @@ def make_kv_cache_manager(
     )
 
 
-def make_block_hasher(settings: CacheSettings) -> Callable[[Any], list[bytes]]:
+def make_block_hasher(settings: CacheSettings) -> Any:
     """vLLM's request block hasher for these settings (initialises vLLM's NONE_HASH)."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
     hash_fn = get_hash_fn_by_name(settings.hash_algo)
     init_none_hash(hash_fn)
-    return get_request_block_hasher(settings.block_size, hash_fn)  # type: ignore[no-any-return]
+    return get_request_block_hasher(settings.block_size, hash_fn)
 
 
 def make_request(
     request_id: str,
     token_ids: list[int],
-    block_hasher: Callable[[Any], list[bytes]],
+    block_hasher: Any,
     *,
     max_tokens: int = 1,
     arrival_time: float = 0.0,

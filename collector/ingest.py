@@ -13,24 +13,39 @@ import pyarrow as pa
 
 from engine_hooks.events import (
     KIND_BY_TYPE,
+    Allocate,
     Arrive,
     Collision,
     Event,
+    Evict,
+    Free,
+    Hit,
     Pool,
     Store,
 )
 
-# Record field -> events column, where the names differ.
-_RENAMED = {"parent_block_hash": "parent_hash"}
-# Record fields that go to their own tables, not to events.
-_ELSEWHERE = {"token_ids"}
+# Per-block list fields of block records -> the events column of each block's row.
+_PER_BLOCK: dict[type, dict[str, str]] = {
+    Hit: {"block_ids": "block_id", "block_hashes": "block_hash"},
+    Allocate: {"block_ids": "block_id"},
+    Store: {"block_ids": "block_id", "block_hashes": "block_hash", "extra_keys": "extra_keys"},
+    Evict: {
+        "block_ids": "block_id",
+        "block_hashes": "block_hash",
+        "ages_ns": "age_ns",
+        "num_hits": "num_hits",
+    },
+    Free: {"block_ids": "block_id", "ref_cnts": "ref_cnt"},
+}
 
 EVENT_COLUMNS: dict[str, pa.DataType] = {
     "seq": pa.uint64(),
+    "pos": pa.int32(),
     "ts_ns": pa.int64(),
     "kind": pa.string(),
     "request_id": pa.string(),
     "block_id": pa.int32(),
+    "block_position": pa.int32(),
     "block_hash": pa.uint64(),
     "parent_hash": pa.uint64(),
     "num_tokens": pa.int32(),
@@ -93,7 +108,7 @@ def hash64(block_hashes: Sequence[bytes | None]) -> pa.Array:
 
 def to_batch(records: Sequence[Event]) -> Batch:
     """Split records by kind into the run file's tables."""
-    by_type: dict[type, list[Any]] = defaultdict(list)
+    by_type: dict[type[Event], list[Any]] = defaultdict(list)
     for record in records:
         by_type[type(record)].append(record)
     batch = Batch()
@@ -101,7 +116,9 @@ def to_batch(records: Sequence[Event]) -> Batch:
     if event_types:
         batch.events = _events_table({cls: by_type[cls] for cls in event_types})
     if Pool in by_type:
-        batch.pool = _plain_table(by_type[Pool], Pool.__struct_fields__, drop={"request_id", "tenant", "lora"})
+        batch.pool = _plain_table(
+            by_type[Pool], Pool.__struct_fields__, drop={"request_id", "tenant", "lora"}
+        )
     if Collision in by_type:
         batch.collisions = _collisions_table(by_type[Collision])
     arrivals = [record for record in by_type.get(Arrive, ()) if record.token_ids is not None]
@@ -118,38 +135,69 @@ def to_batch(records: Sequence[Event]) -> Batch:
     if stores:
         batch.block_tokens = pa.table(
             {
-                "block_hash": hash64([record.block_hash for record in stores]),
-                "parent_hash": hash64([record.parent_block_hash for record in stores]),
+                "block_hash": hash64([h for record in stores for h in record.block_hashes]),
                 "token_ids": pa.array(
-                    [record.token_ids for record in stores], type=pa.list_(pa.int32())
+                    [tokens for record in stores for tokens in record.token_ids],
+                    type=pa.list_(pa.int32()),
                 ),
             }
         )
     return batch
 
 
-def _events_table(records_by_type: dict[type, list[Any]]) -> pa.Table:
+def _events_table(records_by_type: dict[type[Event], list[Any]]) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
     for cls, records in records_by_type.items():
-        count = len(records)
-        present: set[str] = set()
+        per_block = _PER_BLOCK.get(cls, {})
+        counts = [len(record.block_ids) for record in records] if per_block else [1] * len(records)
+        total = sum(counts)
+        filled = {"kind", "pos"}
+        columns["kind"].extend([KIND_BY_TYPE[cls]] * total)
+        for count in counts:
+            columns["pos"].extend(range(count))
         for field in cls.__struct_fields__:
-            if field in _ELSEWHERE:
-                continue
-            column = _RENAMED.get(field, field)
-            columns[column].extend(map(attrgetter(field), records))
-            present.add(column)
-        columns["kind"].extend([KIND_BY_TYPE[cls]] * count)
-        present.add("kind")
+            if field in per_block:
+                values = columns[per_block[field]]
+                for record, count in zip(records, counts, strict=True):
+                    entries = getattr(record, field)
+                    values.extend(entries if entries is not None else [None] * count)
+                filled.add(per_block[field])
+            elif field in columns:
+                values = columns[field]
+                for record, count in zip(records, counts, strict=True):
+                    values.extend([getattr(record, field)] * count)
+                filled.add(field)
+        filled |= _derived_columns(cls, records, columns)
         for column, values in columns.items():
-            if column not in present:
-                values.extend([None] * count)
+            if column not in filled:
+                values.extend([None] * total)
     arrays = {
-        name: hash64(values) if name in _HASH_COLUMNS else pa.array(values, type=EVENT_COLUMNS[name])
+        name: hash64(values)
+        if name in _HASH_COLUMNS
+        else pa.array(values, type=EVENT_COLUMNS[name])
         for name, values in columns.items()
     }
     table = pa.table(arrays)
-    return table.take(pa.compute.sort_indices(table, sort_keys=[("seq", "ascending")]))
+    order = pa.compute.sort_indices(table, sort_keys=[("seq", "ascending"), ("pos", "ascending")])
+    return table.take(order)
+
+
+def _derived_columns(cls: type, records: list[Any], columns: dict[str, list[Any]]) -> set[str]:
+    """Columns a block record implies: each block's position and (for stores) its parent."""
+    if cls is Hit:
+        for record in records:
+            columns["block_position"].extend(range(len(record.block_ids)))
+        return {"block_position"}
+    if cls is Store:
+        for record in records:
+            count = len(record.block_ids)
+            first = record.first_position
+            columns["block_position"].extend(range(first, first + count))
+            columns["parent_hash"].append(record.parent_block_hash)
+            columns["parent_hash"].extend(record.block_hashes[:-1])
+            columns["num_tokens"].extend([record.block_size] * count)
+        return {"block_position", "parent_hash", "num_tokens"}
+    return set()
 
 
 def _plain_table(records: list[Any], fields: Sequence[str], drop: set[str]) -> pa.Table:

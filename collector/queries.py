@@ -33,7 +33,9 @@ def time_span_ns(connection: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def hit_rate_over_time(connection: duckdb.DuckDBPyConnection, num_buckets: int = 60) -> pd.DataFrame:
+def hit_rate_over_time(
+    connection: duckdb.DuckDBPyConnection, num_buckets: int = 60
+) -> pd.DataFrame:
     """Per time bucket: requests admitted, their prompt and hit tokens and blocks, evictions."""
     start_ns, end_ns = time_span_ns(connection)
     bucket_ns = max((end_ns - start_ns) // num_buckets, 1) if end_ns > start_ns else 1
@@ -84,7 +86,9 @@ def pool_timeline(connection: duckdb.DuckDBPyConnection, max_points: int = 2_000
     ).df()
 
 
-def event_times(connection: duckdb.DuckDBPyConnection, kind: str, max_points: int = 400) -> pd.DataFrame:
+def event_times(
+    connection: duckdb.DuckDBPyConnection, kind: str, max_points: int = 400
+) -> pd.DataFrame:
     """When events of one kind happened, bucketed: t_s and how many in each bucket."""
     start_ns, end_ns = time_span_ns(connection)
     bucket_ns = max((end_ns - start_ns) // max_points, 1)

@@ -30,10 +30,12 @@ CREATE_STATEMENTS = (
     )""",
     """CREATE TABLE events (
         seq UBIGINT NOT NULL,
+        pos INTEGER NOT NULL,
         ts_ns BIGINT NOT NULL,
         kind event_kind NOT NULL,
         request_id VARCHAR,
         block_id INTEGER,
+        block_position INTEGER,
         block_hash UBIGINT,
         parent_hash UBIGINT,
         num_tokens INTEGER,
@@ -76,11 +78,7 @@ CREATE_STATEMENTS = (
         dp_rank SMALLINT
     )""",
     "CREATE TABLE request_tokens (request_id VARCHAR NOT NULL, token_ids INTEGER[] NOT NULL)",
-    """CREATE TABLE block_tokens (
-        block_hash UBIGINT NOT NULL,
-        parent_hash UBIGINT,
-        token_ids INTEGER[] NOT NULL
-    )""",
+    "CREATE TABLE block_tokens (block_hash UBIGINT NOT NULL, token_ids INTEGER[] NOT NULL)",
 )
 
 # Derived from events by `finalize`; rebuilt whole each time.

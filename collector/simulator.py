@@ -64,12 +64,12 @@ class VirtualClock:
 
 
 class Simulator:
-    """One replay: a manager, its hooks, a clock, and a callback after every step."""
+    """One replay: a manager, its hooks (None for a bare run), a clock, a callback per step."""
 
     def __init__(
         self,
         manager: Any,
-        hooks: KVCacheHooks,
+        hooks: KVCacheHooks | None,
         clock: VirtualClock,
         block_hasher: Callable[[Any], list[bytes]],
         on_step: Callable[[], None],
@@ -94,7 +94,8 @@ class Simulator:
             cache_salt=trace_request.cache_salt,
         )
         self._index[request.request_id] = index
-        self.hooks.on_arrive(request, tenant=trace_request.tenant)
+        if self.hooks:
+            self.hooks.on_arrive(request, tenant=trace_request.tenant)
         return request
 
     def _admit(self, request: Any) -> int | None:
@@ -111,8 +112,9 @@ class Simulator:
         self.manager.record_prefix_cache_stats(request, num_hit_tokens)
         request.status = RequestStatus.RUNNING
         request.num_computed_tokens = request.num_tokens
-        self.hooks.on_schedule(request)
-        return num_new_tokens
+        if self.hooks:
+            self.hooks.on_schedule(request)
+        return int(num_new_tokens)
 
     def _output_tokens(self, trace_request: TraceRequest, start: int, count: int) -> list[int]:
         if trace_request.output_token_ids is not None:
@@ -125,10 +127,12 @@ class Simulator:
 
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         self.manager.free(request)
-        self.hooks.on_finish(request)
+        if self.hooks:
+            self.hooks.on_finish(request)
 
     def _step_done(self) -> None:
-        self.hooks.record_pool_state()
+        if self.hooks:
+            self.hooks.record_pool_state()
         self.on_step()
 
     def _too_small(self, trace_request: TraceRequest) -> CacheTooSmall:
@@ -201,7 +205,8 @@ class Simulator:
                     victim.status = RequestStatus.PREEMPTED
                     victim.num_computed_tokens = 0
                     victim.num_preemptions += 1
-                    self.hooks.on_preempt(victim)
+                    if self.hooks:
+                        self.hooks.on_preempt(victim)
                     waiting.appendleft(victim)
                     if victim is request:
                         break
@@ -229,4 +234,6 @@ class Simulator:
                     )
 
             self._step_done()
-            now_ms += step_model.step_ms + num_prefill_tokens * step_model.prefill_us_per_token / 1000
+            now_ms += (
+                step_model.step_ms + num_prefill_tokens * step_model.prefill_us_per_token / 1000
+            )

@@ -65,22 +65,13 @@ def read_trace(path: Path, trace_format: str = "auto") -> list[TraceRequest]:
     """Read and validate a whole trace; raise `TraceError` at the first bad line."""
     if trace_format not in FORMATS:
         raise ValueError(f"unknown trace format {trace_format!r}; use one of {FORMATS}")
-    try:
-        if path.suffix == ".gz":
-            handle = gzip.open(path, "rt", encoding="utf-8")
-        else:
-            handle = path.open(encoding="utf-8")
-    except OSError as error:
-        raise TraceError(path, 0, f"cannot open: {error.strerror}") from error
     requests: list[TraceRequest] = []
     seen_ids: set[str] = set()
-    with handle:
+    with _open_text(path) as handle:
         for line_number, text in _numbered_lines(path, handle):
             request = _parse_line(path, line_number, text, trace_format, len(requests))
             if request.request_id in seen_ids:
-                raise TraceError(
-                    path, line_number, f"duplicate request_id {request.request_id!r}"
-                )
+                raise TraceError(path, line_number, f"duplicate request_id {request.request_id!r}")
             seen_ids.add(request.request_id)
             requests.append(request)
     if not requests:
@@ -88,10 +79,20 @@ def read_trace(path: Path, trace_format: str = "auto") -> list[TraceRequest]:
     return requests
 
 
+def _open_text(path: Path) -> Any:
+    """The trace as text, gunzipped when its name ends in .gz."""
+    try:
+        if path.suffix == ".gz":
+            return gzip.open(path, "rt", encoding="utf-8")
+        return path.open(encoding="utf-8")
+    except OSError as error:
+        raise TraceError(path, 0, f"cannot open: {error.strerror}") from error
+
+
 def _numbered_lines(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
     line_number = 0
     try:
-        for line_number, text in enumerate(handle, start=1):  # noqa: B007
+        for line_number, text in enumerate(handle, start=1):
             if text.strip():
                 yield line_number, text
     except UnicodeDecodeError as error:
@@ -100,13 +101,13 @@ def _numbered_lines(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
         raise TraceError(path, line_number + 1, f"cannot read: {error}") from error
 
 
-def _parse_line(
-    path: Path, line: int, text: str, trace_format: str, index: int
-) -> TraceRequest:
+def _parse_line(path: Path, line: int, text: str, trace_format: str, index: int) -> TraceRequest:
     try:
         row = json.loads(text)
     except json.JSONDecodeError as error:
-        raise TraceError(path, line, f"invalid JSON: {error.msg} at column {error.colno}") from error
+        raise TraceError(
+            path, line, f"invalid JSON: {error.msg} at column {error.colno}"
+        ) from error
     if not isinstance(row, dict):
         raise TraceError(path, line, f"expected a JSON object, got {type(row).__name__}")
     fields = _Fields(path, line, row)
@@ -216,4 +217,4 @@ class _Fields:
         value = self.row.get(name)
         if value is not None and (not isinstance(value, str) or not value):
             self.fail(f"'{name}' must be a non-empty string, got {value!r}")
-        return value  # type: ignore[no-any-return]
+        return value

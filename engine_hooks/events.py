@@ -5,6 +5,10 @@ array whose first element is the tag. Common fields come first (`seq`, `ts_ns`,
 `request_id`), then the event's own fields, then the optional context fields
 (`tenant`, `lora`, `engine_id`, `dp_rank`).
 
+Block records (hit, allocate, store, evict, free) describe one operation on one request and
+carry one entry per block in parallel lists, as vLLM's own `BlockStored` does: the hooks add
+no per-block object to vLLM's hot path, and the collector stores one row per block.
+
 Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix),
 never Python `hash()` values. `seq` increases by one per record inside one engine:
 a gap means records were dropped, and a `Drop` record says how many.
@@ -54,43 +58,50 @@ class Lookup(_Record, tag="lookup"):
 
 
 class Hit(_Record, tag="hit"):
-    """A cached block was reused by a request."""
+    """Cached blocks reused by a request: its prefix, block 0 onwards."""
 
-    block_id: int
-    block_hash: bytes
+    block_ids: list[int]
+    block_hashes: list[bytes]
 
 
 class Allocate(_Record, tag="allocate"):
-    """A block left the free queue for a request."""
+    """Blocks that left the free queue for a request."""
 
-    block_id: int
+    block_ids: list[int]
 
 
 class Store(_Record, tag="store"):
-    """A full block's hash entered the prefix cache."""
+    """Full blocks whose hashes entered the prefix cache.
 
-    block_id: int
-    block_hash: bytes
+    Block i sits at position `first_position + i` of the request's block table; its parent is
+    block i - 1, and the first block's parent is `parent_block_hash` (None at position 0).
+    `extra_keys` names the kinds of extra hash keys per block (LoRA, cache salt, ...).
+    """
+
+    block_ids: list[int]
+    block_hashes: list[bytes]
     parent_block_hash: bytes | None
-    num_tokens: int
-    extra_keys: tuple[str, ...] | None = None
-    token_ids: list[int] | None = None
+    first_position: int
+    block_size: int
+    extra_keys: list[tuple[str, ...] | None] | None = None
+    token_ids: list[list[int]] | None = None
 
 
 class Evict(_Record, tag="evict"):
-    """A cached block's hash was dropped so the block could be reused."""
+    """Cached blocks whose hashes were dropped so the blocks could be reused."""
 
-    block_id: int
-    block_hash: bytes
-    age_ns: int
-    num_hits: int
+    block_ids: list[int]
+    block_hashes: list[bytes]
+    ages_ns: list[int]
+    num_hits: list[int]
 
 
 class Free(_Record, tag="free"):
-    """A request released a block; it stays cached if it has a hash."""
+    """Blocks a request released, with their reference counts after (0: back in the free
+    queue, still cached if hashed)."""
 
-    block_id: int
-    ref_cnt: int
+    block_ids: list[int]
+    ref_cnts: list[int]
 
 
 class Collision(_Record, tag="collision"):
@@ -171,9 +182,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Drop,
 )
 
-KIND_BY_TYPE: dict[type[Event], str] = {
-    cls: str(cls.__struct_config__.tag) for cls in EVENT_TYPES
-}
+KIND_BY_TYPE: dict[type[Event], str] = {cls: str(cls.__struct_config__.tag) for cls in EVENT_TYPES}
 
 EVENT_KINDS: tuple[str, ...] = tuple(KIND_BY_TYPE.values())
 

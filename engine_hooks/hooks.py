@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from engine_hooks.buffer import EventBuffer
@@ -41,6 +43,11 @@ from engine_hooks.events import (
 from engine_hooks.privacy import Pseudonymizer
 
 Clock = Callable[[], int]
+
+_BLOCK_ID = attrgetter("block_id")
+_IS_NULL = attrgetter("is_null")
+_REF_CNT = attrgetter("ref_cnt")
+_IS_ZERO = (0).__eq__
 
 _MANAGER_METHODS = ("allocate_slots", "free", "record_prefix_cache_stats")
 _POOL_METHODS = (
@@ -214,9 +221,7 @@ class KVCacheHooks:
 
         return free
 
-    def _make_record_prefix_cache_stats(
-        self, original: Callable[..., Any]
-    ) -> Callable[..., Any]:
+    def _make_record_prefix_cache_stats(self, original: Callable[..., Any]) -> Callable[..., Any]:
         manager = self._manager
 
         def record_prefix_cache_stats(request: Any, num_hits: int) -> None:
@@ -244,47 +249,45 @@ class KVCacheHooks:
 
     def _request_id(self) -> str | None:
         request = self._request
-        return None if request is None else request.request_id  # type: ignore[no-any-return]
+        return None if request is None else str(request.request_id)
 
     def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         block_hashes = self._block_hashes
-        stored_ns = self._stored_ns
-        num_hits = self._num_hits
 
         def get_new_blocks(num_blocks: int) -> Any:
             blocks = original(num_blocks)
             now = self._clock()
             request_id = self._request_id()
-            seq = self._seq
+            block_ids = list(map(_BLOCK_ID, blocks))
             records: list[Event] = []
-            num_evicted = 0
-            for block in blocks:
-                block_id = block.block_id
-                block_hash = block_hashes[block_id]
-                if block_hash is not None:
-                    # vLLM drops the hash of a cached free block when it hands it out.
-                    records.append(
-                        Evict(
-                            seq,
-                            now,
-                            request_id,
-                            block_id,
-                            block_hash,
-                            now - stored_ns[block_id],
-                            num_hits[block_id],
-                        )
-                    )
-                    seq += 1
-                    block_hashes[block_id] = None
-                    num_evicted += 1
-                records.append(Allocate(seq, now, request_id, block_id))
-                seq += 1
-            self._seq = seq
-            self._num_cached_free -= num_evicted
+            evicted = list(compress(block_ids, map(block_hashes.__getitem__, block_ids)))
+            if evicted:
+                # vLLM dropped the hash of each cached free block it handed out.
+                records.append(self._evict_record(now, request_id, evicted))
+                self._num_cached_free -= len(evicted)
+            records.append(Allocate(self._next_seq(), now, request_id, block_ids))
             self._emit(records)
             return blocks
 
         return get_new_blocks
+
+    def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
+        """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
+        block_hashes = self._block_hashes
+        stored_ns = self._stored_ns
+        num_hits = self._num_hits
+        record = Evict(
+            self._next_seq(),
+            now,
+            request_id,
+            block_ids,
+            [block_hashes[block_id] for block_id in block_ids],  # type: ignore[misc]
+            [now - stored_ns[block_id] for block_id in block_ids],
+            [num_hits[block_id] for block_id in block_ids],
+        )
+        for block_id in block_ids:
+            block_hashes[block_id] = None
+        return record
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         block_hashes = self._block_hashes
@@ -292,23 +295,23 @@ class KVCacheHooks:
 
         def touch(blocks: Sequence[Any]) -> None:
             original(blocks)
-            now = self._clock()
-            request_id = self._request_id()
-            seq = self._seq
-            records: list[Event] = []
-            num_left_free_queue = 0
-            for block in blocks:
-                if block.is_null:
-                    continue
-                block_id = block.block_id
-                if block.ref_cnt == 1:
-                    num_left_free_queue += 1
+            block_ids = [
+                block.block_id for block in blocks if not block.is_null
+            ]  # a few per request
+            if not block_ids:
+                return
+            for block_id in block_ids:
                 num_hits[block_id] += 1
-                records.append(Hit(seq, now, request_id, block_id, block_hashes[block_id] or b""))
-                seq += 1
-            self._seq = seq
-            self._num_cached_free -= num_left_free_queue
-            self._emit(records)
+            # A hit block with one reference now was free (and evictable) before.
+            self._num_cached_free -= sum(1 for block in blocks if block.ref_cnt == 1)
+            record = Hit(
+                self._next_seq(),
+                self._clock(),
+                self._request_id(),
+                block_ids,
+                [block_hashes[block_id] or b"" for block_id in block_ids],
+            )
+            self._emit([record])
 
         return touch
 
@@ -318,7 +321,7 @@ class KVCacheHooks:
         num_hits = self._num_hits
         hash_block_size: int = self._pool.hash_block_size
 
-        def cache_full_blocks(
+        def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
             request: Any,
             blocks: list[Any],
             num_cached_blocks: int,
@@ -336,104 +339,111 @@ class KVCacheHooks:
                 kv_cache_group_id=kv_cache_group_id,
                 block_mask=block_mask,
             )
-            if num_cached_blocks >= num_full_blocks:
+            # vLLM caches every block in the range except null blocks, masked-out blocks and
+            # blocks that already hold a hash (the common case: none of those).
+            candidates = blocks[num_cached_blocks:num_full_blocks]
+            if not candidates:
+                return
+            candidate_ids = list(map(_BLOCK_ID, candidates))
+            if (
+                block_mask is None
+                and not any(map(_IS_NULL, candidates))
+                and not any(map(block_hashes.__getitem__, candidate_ids))
+            ):
+                positions: Sequence[int] = range(num_cached_blocks, num_full_blocks)
+            else:
+                positions = [
+                    num_cached_blocks + offset
+                    for offset, block in enumerate(candidates)
+                    if not block.is_null
+                    and block_hashes[block.block_id] is None
+                    and (block_mask is None or block_mask[offset])
+                ]
+            if not positions:
                 return
             request_hashes = _hashes_at_block_size(
                 request.block_hashes, hash_block_size, block_size
             )
             now = self._clock()
-            request_id = request.request_id
-            extra_keys = _extra_key_kinds(request)
-            first_extra_keys = (*extra_keys, "cache_salt") if request.cache_salt else extra_keys
-            token_ids = request.all_token_ids if self.record_token_ids else None
-            seq = self._seq
-            records: list[Event] = []
-            for index in range(num_cached_blocks, num_full_blocks):
-                block = blocks[index]
-                block_id = block.block_id
-                if block.is_null or block.block_hash is None or block_hashes[block_id]:
-                    continue
-                block_hash = request_hashes[index]
+            if isinstance(positions, range):
+                block_ids = candidate_ids
+                hashes = list(request_hashes[num_cached_blocks:num_full_blocks])
+            else:
+                block_ids = [blocks[position].block_id for position in positions]
+                hashes = [request_hashes[position] for position in positions]
+            for block_id, block_hash in zip(block_ids, hashes, strict=True):
                 block_hashes[block_id] = block_hash
                 stored_ns[block_id] = now
                 num_hits[block_id] = 0
-                records.append(
-                    Store(
-                        seq,
-                        now,
-                        request_id,
-                        block_id,
-                        block_hash,
-                        request_hashes[index - 1] if index else None,
-                        block_size,
-                        (first_extra_keys if index == 0 else extra_keys) or None,
-                        None
-                        if token_ids is None
-                        else list(token_ids[index * block_size : (index + 1) * block_size]),
-                    )
-                )
-                seq += 1
-            self._seq = seq
-            self._emit(records)
+            first = positions[0]
+            record = Store(
+                self._next_seq(),
+                now,
+                request.request_id,
+                block_ids,
+                hashes,
+                request_hashes[first - 1] if first else None,
+                first,
+                block_size,
+                _extra_keys(request, positions),
+                self._token_ids(request, positions, block_size),
+            )
+            self._emit([record])
 
         return cache_full_blocks
 
+    def _token_ids(
+        self, request: Any, positions: Sequence[int], block_size: int
+    ) -> list[list[int]] | None:
+        if not self.record_token_ids:
+            return None
+        token_ids = request.all_token_ids
+        return [
+            list(token_ids[position * block_size : (position + 1) * block_size])
+            for position in positions
+        ]
+
     def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         block_hashes = self._block_hashes
-        pool = self._pool
 
         def free_blocks(ordered_blocks: Iterable[Any]) -> None:
-            blocks = list(ordered_blocks)
-            original(blocks)
-            now = self._clock()
-            request_id = self._request_id()
-            seq = self._seq
-            records: list[Event] = []
-            num_became_cached_free = 0
-            for block in blocks:
-                if block.is_null or (block.pool is not None and block.pool is not pool):
-                    continue
-                block_id = block.block_id
-                ref_cnt = block.ref_cnt
-                if ref_cnt == 0 and block_hashes[block_id] is not None:
-                    num_became_cached_free += 1
-                records.append(Free(seq, now, request_id, block_id, ref_cnt))
-                seq += 1
-            self._seq = seq
-            self._num_cached_free += num_became_cached_free
-            self._emit(records)
+            ordered = list(ordered_blocks)
+            original(ordered)
+            # Null blocks are never pooled (one pool only: see UnsupportedCacheLayout).
+            blocks = (
+                [block for block in ordered if not block.is_null]
+                if any(map(_IS_NULL, ordered))
+                else ordered
+            )
+            if not blocks:
+                return
+            block_ids = list(map(_BLOCK_ID, blocks))
+            ref_cnts = list(map(_REF_CNT, blocks))
+            back_in_queue = list(compress(block_ids, map(_IS_ZERO, ref_cnts)))
+            hashed = filter(None, map(block_hashes.__getitem__, back_in_queue))
+            self._num_cached_free += sum(1 for _ in hashed)
+            record = Free(self._next_seq(), self._clock(), self._request_id(), block_ids, ref_cnts)
+            self._emit([record])
 
         return free_blocks
 
     def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         block_hashes = self._block_hashes
-        stored_ns = self._stored_ns
-        num_hits = self._num_hits
         pool_blocks = self._pool.blocks
 
         def evict_blocks(block_ids: set[int]) -> None:
             original(block_ids)
-            now = self._clock()
-            records: list[Event] = []
-            for block_id in sorted(block_ids):
-                block_hash = block_hashes[block_id]
-                if block_hash is None or pool_blocks[block_id].block_hash is not None:
-                    continue
-                block_hashes[block_id] = None
-                if pool_blocks[block_id].ref_cnt == 0:
-                    self._num_cached_free -= 1
-                records.append(
-                    Evict(
-                        self._next_seq(),
-                        now,
-                        None,
-                        block_id,
-                        block_hash,
-                        now - stored_ns[block_id],
-                        num_hits[block_id],
-                    )
-                )
-            self._emit(records)
+            evicted = [
+                block_id
+                for block_id in sorted(block_ids)
+                if block_hashes[block_id] is not None and pool_blocks[block_id].block_hash is None
+            ]
+            if not evicted:
+                return
+            self._num_cached_free -= sum(
+                1 for block_id in evicted if pool_blocks[block_id].ref_cnt == 0
+            )
+            self._emit([self._evict_record(self._clock(), None, evicted)])
 
         return evict_blocks
 
@@ -452,19 +462,17 @@ class KVCacheHooks:
         return reset_prefix_cache
 
 
-def _hashes_at_block_size(
-    request_hashes: Sequence[bytes], hash_block_size: int, block_size: int
-) -> Sequence[bytes]:
+def _hashes_at_block_size(request_hashes: Any, hash_block_size: int, block_size: int) -> Any:
     """The request's chained hashes at the pool's block size (vLLM's own resolution)."""
     if hash_block_size == block_size:
         return request_hashes
     from vllm.v1.core.kv_cache_utils import resolve_block_hashes
 
-    return resolve_block_hashes(request_hashes, hash_block_size, block_size)  # type: ignore[no-any-return]
+    return resolve_block_hashes(request_hashes, hash_block_size, block_size)
 
 
-def _extra_key_kinds(request: Any) -> tuple[str, ...]:
-    """Which kinds of extra hash keys a request's blocks carry (names only, no values)."""
+def _extra_keys(request: Any, positions: Sequence[int]) -> list[tuple[str, ...] | None] | None:
+    """Per block, the kinds of extra hash keys vLLM mixes in (names only, never values)."""
     kinds: tuple[str, ...] = ()
     if request.lora_request:
         kinds += ("lora",)
@@ -472,4 +480,10 @@ def _extra_key_kinds(request: Any) -> tuple[str, ...]:
         kinds += ("mm",)
     if request.prompt_embeds is not None:
         kinds += ("prompt_embeds",)
-    return kinds
+    salted = bool(request.cache_salt) and positions[0] == 0
+    if not kinds and not salted:
+        return None
+    per_block: list[tuple[str, ...] | None] = [kinds or None] * len(positions)
+    if salted:
+        per_block[0] = (*kinds, "cache_salt")  # vLLM salts the first block only
+    return per_block

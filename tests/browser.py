@@ -41,9 +41,19 @@ def app_server(repo: Path, *arguments: str) -> Iterator[str]:
     """`streamlit run visualizer/app.py` on 127.0.0.1; yields its base URL."""
     port = free_port()
     command = [
-        sys.executable, "-m", "streamlit", "run", str(repo / "visualizer" / "app.py"),
-        "--server.headless", "true", "--server.address", "127.0.0.1",
-        "--server.port", str(port), "--browser.gatherUsageStats", "false",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(repo / "visualizer" / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
     ]
     if arguments:
         command += ["--", *arguments]
@@ -76,7 +86,8 @@ def chromium() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={Path(os.environ.get('TMPDIR', '/tmp')) / f'kvscope-chromium-{os.getpid()}'}")
+    profile = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvscope-chromium-{os.getpid()}"
+    options.add_argument(f"--user-data-dir={profile}")
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -84,7 +95,9 @@ def chromium() -> Iterator[Any]:
         driver.quit()
 
 
-def screenshot_page(driver: Any, url: str, path: Path, min_charts: int, timeout_s: float = 60) -> dict[str, Any]:
+def screenshot_page(
+    driver: Any, url: str, path: Path, min_charts: int, timeout_s: float = 60
+) -> dict[str, Any]:
     """Open a page, wait until its charts are drawn and Streamlit is idle, save a PNG."""
     from selenium.webdriver.common.by import By
 

@@ -16,7 +16,10 @@ GOOD = '{"timestamp": 0, "input_length": 1000, "output_length": 4, "hash_ids": [
 
 BAD_LINES = {
     "bad_json": ('{"timestamp": 0, "input_length": 10,', "invalid JSON"),
-    "missing_field": ('{"timestamp": 0, "output_length": 4, "hash_ids": [1]}', "missing field 'input_length'"),
+    "missing_field": (
+        '{"timestamp": 0, "output_length": 4, "hash_ids": [1]}',
+        "missing field 'input_length'",
+    ),
     "negative_length": (
         '{"timestamp": 0, "input_length": 10, "output_length": -3, "hash_ids": [1]}',
         "'output_length' must be >= 0, got -3",
@@ -52,25 +55,57 @@ def test_exit_code_is_2_from_the_installed_command(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     trace.write_text("not json\n")
     result = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "replay", str(trace), "--out", str(tmp_path / "r.duckdb")],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "replay",
+            str(trace),
+            "--out",
+            str(tmp_path / "r.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 2
     assert f"{trace}:1: invalid JSON" in result.stderr
     assert not (tmp_path / "r.duckdb").exists()
 
 
-def test_request_larger_than_the_cache_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_request_larger_than_the_cache_names_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "trace.jsonl"
-    trace.write_text(f"{GOOD}\n" + '{"timestamp": 1, "token_ids": ' + str(list(range(200))) + ', "output_length": 1}\n')
-    code = main(["replay", str(trace), "--out", str(tmp_path / "r.duckdb"), "--block-size", "16",
-                 "--num-blocks", "8", "--quiet"])
+    trace.write_text(
+        f"{GOOD}\n"
+        + '{"timestamp": 1, "token_ids": '
+        + str(list(range(200)))
+        + ', "output_length": 1}\n'
+    )
+    code = main(
+        [
+            "replay",
+            str(trace),
+            "--out",
+            str(tmp_path / "r.duckdb"),
+            "--block-size",
+            "16",
+            "--num-blocks",
+            "8",
+            "--quiet",
+        ]
+    )
     assert code == 2
-    assert f"{trace}:1: request req-0 needs more than the 7 usable blocks" in capsys.readouterr().err
+    assert (
+        f"{trace}:1: request req-0 needs more than the 7 usable blocks" in capsys.readouterr().err
+    )
     assert list(tmp_path.iterdir()) == [trace]
 
 
-def test_existing_run_is_not_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_existing_run_is_not_overwritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "trace.jsonl"
     trace.write_text(f"{GOOD}\n")
     out = tmp_path / "run.duckdb"
@@ -80,14 +115,19 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, capsys: pytest.CaptureF
     assert out.read_bytes() == b"precious"
 
 
-def test_run_of_another_schema_version_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_of_another_schema_version_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     old = tmp_path / "old.duckdb"
     with duckdb.connect(str(old)) as connection:
         connection.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
-        connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION + 1)])
+        connection.execute(
+            "INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION + 1)]
+        )
     assert main(["summary", str(old), "--json"]) == 2
     error = capsys.readouterr().err
-    assert f"{old}: run schema version {SCHEMA_VERSION + 1}, this kvscope reads version {SCHEMA_VERSION}" in error
+    expected = f"run schema version {SCHEMA_VERSION + 1}, this kvscope reads version "
+    assert f"{old}: {expected}{SCHEMA_VERSION}" in error
 
 
 def test_missing_run_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

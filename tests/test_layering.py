@@ -11,7 +11,9 @@ import pytest
 
 def loaded_modules(statement: str) -> set[str]:
     code = f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     return {name.split(".")[0] for name in json.loads(result.stdout)}
 
 

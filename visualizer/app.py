@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import streamlit as st
-
 from pathlib import Path
+
+import streamlit as st
 
 PAGES = Path(__file__).parent / "pages"
 

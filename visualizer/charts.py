@@ -52,10 +52,18 @@ def hit_rate_figure(buckets: pd.DataFrame) -> go.Figure:
 def activity_figure(buckets: pd.DataFrame) -> go.Figure:
     """Requests admitted and blocks evicted per time bucket."""
     figure = go.Figure()
-    figure.add_bar(x=buckets["t_s"], y=buckets["requests"], name="requests admitted",
-                   marker_color=COLORS["tokens"])
-    figure.add_bar(x=buckets["t_s"], y=buckets["evictions"], name="blocks evicted",
-                   marker_color=COLORS["evictions"])
+    figure.add_bar(
+        x=buckets["t_s"],
+        y=buckets["requests"],
+        name="requests admitted",
+        marker_color=COLORS["tokens"],
+    )
+    figure.add_bar(
+        x=buckets["t_s"],
+        y=buckets["evictions"],
+        name="blocks evicted",
+        marker_color=COLORS["evictions"],
+    )
     figure.update_layout(
         title="Requests and evictions over time",
         xaxis_title="time (s)",
@@ -68,6 +76,7 @@ def activity_figure(buckets: pd.DataFrame) -> go.Figure:
 
 def free_blocks_figure(
     timeline: pd.DataFrame,
+    *,
     evictions: pd.DataFrame,
     preemptions: pd.DataFrame,
     low_periods: pd.DataFrame,
@@ -83,30 +92,47 @@ def free_blocks_figure(
         ("free_uncached", "free, no cached content"),
     ):
         figure.add_scatter(
-            x=timeline["t_s"], y=timeline[column], name=name, stackgroup="pool", mode="lines",
+            x=timeline["t_s"],
+            y=timeline[column],
+            name=name,
+            stackgroup="pool",
+            mode="lines",
             line={"width": 0.5, "color": COLORS[column]},
         )
     alarm = alarm_fraction * num_usable_blocks
     figure.add_hline(
-        y=num_usable_blocks - alarm, line={"dash": "dash", "color": COLORS["alarm"]},
-        annotation_text=f"{alarm_fraction:.0%} free", annotation_position="top left",
+        y=num_usable_blocks - alarm,
+        line={"dash": "dash", "color": COLORS["alarm"]},
+        annotation_text=f"{alarm_fraction:.0%} free",
+        annotation_position="top left",
     )
     for period in low_periods.itertuples():
-        figure.add_vrect(x0=period.start_s, x1=period.end_s, fillcolor=COLORS["in_use"],
-                         opacity=0.12, line_width=0)
+        figure.add_vrect(
+            x0=period.start_s,
+            x1=period.end_s,
+            fillcolor=COLORS["in_use"],
+            opacity=0.12,
+            line_width=0,
+        )
     if not evictions.empty:
         figure.add_scatter(
-            x=evictions["t_s"], y=[num_usable_blocks * 1.03] * len(evictions), name="evictions",
-            mode="markers", marker={"symbol": "triangle-down", "color": COLORS["evictions"],
-                                    "size": 7},
-            customdata=evictions["count"], hovertemplate="%{customdata} evicted<extra></extra>",
+            x=evictions["t_s"],
+            y=[num_usable_blocks * 1.03] * len(evictions),
+            name="evictions",
+            mode="markers",
+            marker={"symbol": "triangle-down", "color": COLORS["evictions"], "size": 7},
+            customdata=evictions["count"],
+            hovertemplate="%{customdata} evicted<extra></extra>",
         )
     if not preemptions.empty:
         figure.add_scatter(
-            x=preemptions["t_s"], y=[num_usable_blocks * 1.07] * len(preemptions),
-            name="preemptions", mode="markers",
+            x=preemptions["t_s"],
+            y=[num_usable_blocks * 1.07] * len(preemptions),
+            name="preemptions",
+            mode="markers",
             marker={"symbol": "x", "color": "black", "size": 9},
-            customdata=preemptions["count"], hovertemplate="%{customdata} preempted<extra></extra>",
+            customdata=preemptions["count"],
+            hovertemplate="%{customdata} preempted<extra></extra>",
         )
     figure.update_layout(
         title="KV cache blocks over time (in use at the bottom; the dashed line is 10 % free)",

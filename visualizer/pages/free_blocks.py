@@ -20,11 +20,11 @@ def render() -> None:
     st.title("Free-block timeline")
     figure = charts.free_blocks_figure(
         timeline,
-        queries.event_times(connection, "evict"),
-        queries.event_times(connection, "preempt"),
-        low_periods,
-        num_usable,
-        ALARM_FRACTION,
+        evictions=queries.event_times(connection, "evict"),
+        preemptions=queries.event_times(connection, "preempt"),
+        low_periods=low_periods,
+        num_usable_blocks=num_usable,
+        alarm_fraction=ALARM_FRACTION,
     )
     st.plotly_chart(figure, key="free_blocks_timeline")
     time_low = float((low_periods["end_s"] - low_periods["start_s"]).sum())

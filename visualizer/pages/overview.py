@@ -24,8 +24,11 @@ def render() -> None:
     first, second, third, fourth = st.columns(4)
     first.metric("Hit ratio (tokens)", f"{summary['token_hit_ratio']:.1%}")
     second.metric("Hit ratio (blocks)", f"{summary['block_hit_ratio']:.1%}")
-    third.metric("Tokens saved", f"{summary['hit_tokens']:,}",
-                 help="prompt tokens served from the prefix cache instead of recomputed")
+    third.metric(
+        "Tokens saved",
+        f"{summary['hit_tokens']:,}",
+        help="prompt tokens served from the prefix cache instead of recomputed",
+    )
     fourth.metric("Requests", f"{summary['requests']:,}")
     first, second, third, fourth = st.columns(4)
     first.metric("Evictions", f"{summary['evictions']:,}")
