@@ -132,3 +132,87 @@ def low_free_periods(
         """,
         {"start": start_ns, "threshold": threshold},
     ).df()
+
+
+_EVICTION_REGRET_SQL = """
+    WITH evicted AS (
+        SELECT seq, pos, ts_ns, block_id, block_hash, age_ns, num_hits
+        FROM events WHERE kind = 'evict'
+    ),
+    stored AS (
+        SELECT seq AS store_seq, ts_ns AS store_ns, block_hash
+        FROM events WHERE kind = 'store'
+    )
+    SELECT evicted.*, stored.store_ns - evicted.ts_ns AS restored_after_ns
+    FROM evicted ASOF LEFT JOIN stored
+        ON evicted.block_hash = stored.block_hash AND stored.store_seq > evicted.seq
+"""
+
+
+def eviction_regret(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Every eviction, and how long after it the same block hash was stored again (NULL if
+    never): an evicted block that comes back was needed and recomputed."""
+    return connection.execute(f"{_EVICTION_REGRET_SQL} ORDER BY seq, pos").df()
+
+
+def eviction_regret_summary(
+    connection: duckdb.DuckDBPyConnection, within_s: float | None = None
+) -> dict[str, float | int]:
+    """Evictions, how many came back (stored again; within `within_s` seconds if given),
+    and that share."""
+    row = connection.execute(
+        f"""
+        SELECT count(*),
+            count(*) FILTER (WHERE restored_after_ns IS NOT NULL
+                AND ($within_ns IS NULL OR restored_after_ns <= $within_ns))
+        FROM ({_EVICTION_REGRET_SQL})
+        """,
+        {"within_ns": None if within_s is None else round(within_s * 1e9)},
+    ).fetchone()
+    evictions, restored = (0, 0) if row is None else (int(row[0]), int(row[1]))
+    return {
+        "evictions": evictions,
+        "restored": restored,
+        "regret_ratio": restored / evictions if evictions else 0.0,
+    }
+
+
+def tenant_hit_ratios(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per tenant and LoRA adapter: requests, prompt and hit tokens, and the hit ratio."""
+    return connection.execute(
+        """
+        SELECT
+            coalesce(tenant, '(none)') AS tenant,
+            coalesce(lora, '(none)') AS lora,
+            count(*) AS requests,
+            sum(num_prompt_tokens) AS prompt_tokens,
+            sum(num_hit_tokens) AS hit_tokens,
+            sum(num_hit_tokens) / nullif(sum(num_prompt_tokens), 0) AS hit_ratio
+        FROM requests
+        WHERE num_hit_tokens IS NOT NULL
+        GROUP BY ALL
+        ORDER BY tenant, lora
+        """
+    ).df()
+
+
+def free_block_extremes(
+    connection: duckdb.DuckDBPyConnection, threshold: float = 0.10
+) -> dict[str, float | int]:
+    """The fewest free blocks seen, the pool's usable size, and the share of steps spent
+    under `threshold` of the pool free."""
+    row = connection.execute(
+        """
+        SELECT min(num_free), max(num_free + num_in_use),
+            avg(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 1 ELSE 0 END)
+        FROM pool
+        """,
+        {"threshold": threshold},
+    ).fetchone()
+    if row is None or row[0] is None:
+        return {"min_free_blocks": 0, "usable_blocks": 0, "low_free_step_share": 0.0}
+    return {
+        "min_free_blocks": int(row[0]),
+        "usable_blocks": int(row[1]),
+        "low_free_step_share": float(row[2]),
+    }

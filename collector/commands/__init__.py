@@ -1,0 +1,1 @@
+"""One module per `kvscope` subcommand, each with `register(commands)`."""
