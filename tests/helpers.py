@@ -35,3 +35,20 @@ def cached_free_count(manager: Any) -> int:
     """Free blocks that still hold a hash, read from vLLM's own free queue."""
     free_blocks = manager.block_pool.free_block_queue.get_all_free_blocks()
     return sum(1 for block in free_blocks if block.block_hash is not None)
+
+
+def tiny_run(directory: Any, rows: list[dict[str, Any]], **options: Any) -> Any:
+    """Replay a handcrafted kvscope trace into `directory/run.duckdb`; return its path.
+
+    Options are ReplayOptions fields, plus block_size / num_blocks for the cache.
+    """
+    import json
+
+    from collector.replay import ReplayOptions, replay
+
+    trace = directory / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    settings = CacheSettings(options.pop("block_size", 4), options.pop("num_blocks", 5))
+    out = directory / "run.duckdb"
+    replay(trace, out, ReplayOptions(settings=settings, **options), SECRET)
+    return out
