@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from collector.commands import generate, replay, summary
+from collector.commands import advise, generate, replay, summary, whatif
 
 EXIT_BAD_INPUT = 2
-COMMANDS = (replay, summary, generate)
+COMMANDS = (replay, summary, generate, whatif, advise)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,17 +65,31 @@ def replay(
 ) -> dict[str, Any]:
     """Replay a trace into a new run file and return its summary."""
     requests = load_requests(trace_path, options)
+    return replay_requests(requests, trace_path, out_path, options, secret, progress=progress)
+
+
+def replay_requests(
+    requests: list[TraceRequest],
+    source: Path,
+    out_path: Path,
+    options: ReplayOptions,
+    secret: bytes,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Replay requests read from `source` (a trace, or a run's recorded requests) into a new
+    run file and return its summary."""
     if out_path.exists():
         raise StoreError(f"{out_path}: already exists; kvscope does not overwrite runs")
     temporary = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
     temporary.unlink(missing_ok=True)
-    config = _run_config(trace_path, options)
+    config = _run_config(source, options)
     store = RunStore.create(temporary, config)
     try:
         try:
             replay_into(store, requests, options, secret, progress or (lambda _: None))
         except CacheTooSmall as error:
-            raise TraceError(trace_path, error.line, error.reason) from error
+            raise TraceError(source, error.line, error.reason) from error
         summary = run_summary(store.connection)
         store.close()
         os.replace(temporary, out_path)

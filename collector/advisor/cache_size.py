@@ -1,0 +1,189 @@
+"""Cache size: the pool the sweep recommends, from the one-pass curve (and what-if replays).
+
+The recommendation is the smallest pool that reaches TARGET_FRACTION of the hit ratio an
+unlimited cache would give this run's requests. With a what-if sweep at hand (`kvscope
+whatif`), the replays through vLLM at the run's block size decide instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collector.advisor.context import RunContext
+from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.kv_memory import blocks_for_gib, gib_for_blocks, vllm_pool_settings
+from collector.mrc import MissRatioCurve
+
+TARGET_FRACTION = 0.95
+MEMORY_STEPS_GIB = (1, 2, 4, 8, 16)
+SHRINK_LOSS = 0.005
+
+
+@dataclass(frozen=True)
+class SizeRecommendation:
+    """The pool the sweep recommends and the token hit ratios around it."""
+
+    num_blocks: int
+    ratio: float
+    current_ratio: float
+    top_ratio: float
+    source: str
+
+
+def smallest_pool_reaching(curve: MissRatioCurve, ratio: float) -> int:
+    """The smallest pool (null block included) whose token hit ratio reaches `ratio`."""
+    token_ratios = curve.hit_blocks * curve.block_size / max(curve.prompt_tokens, 1)
+    reached = np.flatnonzero(token_ratios >= ratio - 1e-12)
+    usable = int(reached[0]) if reached.size else len(token_ratios) - 1
+    return max(usable + 1, curve.min_num_blocks)
+
+
+def recommend_size(context: RunContext) -> SizeRecommendation:
+    """From the what-if replays at the run's block size when given, else the curve."""
+    replays = _replays_at_block_size(context)
+    if replays:
+        best = max(row["token_hit_ratio"] for row in replays)
+        chosen = min(
+            (row for row in replays if row["token_hit_ratio"] >= TARGET_FRACTION * best),
+            key=lambda row: row["num_blocks"],
+        )
+        return SizeRecommendation(
+            num_blocks=chosen["num_blocks"],
+            ratio=chosen["token_hit_ratio"],
+            current_ratio=context.summary["token_hit_ratio"],
+            top_ratio=best,
+            source=f"what-if replays through vLLM ({len(replays)} pool sizes)",
+        )
+    curve = context.curve
+    top = curve.token_hit_ratio(len(curve.hit_blocks) + 1)
+    num_blocks = smallest_pool_reaching(curve, TARGET_FRACTION * top)
+    return SizeRecommendation(
+        num_blocks=num_blocks,
+        ratio=curve.token_hit_ratio(num_blocks),
+        current_ratio=curve.token_hit_ratio(context.num_blocks),
+        top_ratio=top,
+        source="one-pass curve of this run's block stream (one request at a time)",
+    )
+
+
+def _replays_at_block_size(context: RunContext) -> list[dict[str, Any]]:
+    if not context.whatif:
+        return []
+    return [row for row in context.whatif["results"] if row["block_size"] == context.block_size]
+
+
+def cache_size(context: RunContext) -> list[Suggestion]:
+    """Suggest the recommended pool when it is larger than the run's (or much smaller)."""
+    recommendation = recommend_size(context)
+    current = context.num_blocks
+    gain = recommendation.ratio - recommendation.current_ratio
+    if recommendation.num_blocks > current and gain >= 0.005:
+        return [_grow(context, recommendation, gain)]
+    if recommendation.num_blocks * 2 <= current and gain > -SHRINK_LOSS:
+        return [_shrink(context, recommendation)]
+    return []
+
+
+def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) -> Suggestion:
+    spec, block_size, current = context.spec, context.block_size, context.num_blocks
+    target = recommendation.num_blocks
+    extra_gib = gib_for_blocks(spec, block_size, target - current)
+    settings = vllm_pool_settings(
+        spec, block_size, target, gib_for_blocks(spec, block_size, current), context.gpu
+    )
+    gain_tokens = gain * context.prompt_tokens
+    return Suggestion(
+        rule="cache-size",
+        title=f"Grow the KV cache to {target:,} blocks (+{extra_gib:.1f} GiB)",
+        severity=severity_for_gain(gain),
+        evidence=_evidence(context, recommendation),
+        effect=(
+            f"token hit ratio {recommendation.current_ratio:.1%} -> {recommendation.ratio:.1%} "
+            f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
+            f"from the cache over this run), per the {recommendation.source}"
+        ),
+        action=" ".join(
+            f"`{setting}`" if setting.startswith("--") else setting for setting in settings
+        ),
+        gain_tokens=gain_tokens,
+        figures={
+            "current_num_blocks": current,
+            "recommended_num_blocks": target,
+            "extra_gib": round(extra_gib, 3),
+            "current_token_hit_ratio": recommendation.current_ratio,
+            "recommended_token_hit_ratio": recommendation.ratio,
+            "unlimited_token_hit_ratio": recommendation.top_ratio,
+            "source": recommendation.source,
+        },
+        charts=[curve_chart(context, target)],
+    )
+
+
+def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggestion:
+    spec, block_size, current = context.spec, context.block_size, context.num_blocks
+    target = recommendation.num_blocks
+    freed_gib = gib_for_blocks(spec, block_size, current - target)
+    loss = recommendation.current_ratio - recommendation.ratio
+    return Suggestion(
+        rule="cache-size",
+        title=f"The KV cache is larger than this workload uses: {target:,} blocks would do",
+        severity="low",
+        evidence=_evidence(context, recommendation),
+        effect=(
+            f"frees {freed_gib:.1f} GiB per GPU (for a larger batch or model) at a cost of "
+            f"{loss * 100:.2f} points of token hit ratio, per the {recommendation.source}"
+        ),
+        action=f"`--num-gpu-blocks-override {target}`",
+        figures={"current_num_blocks": current, "recommended_num_blocks": target},
+        charts=[curve_chart(context, target)],
+    )
+
+
+def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[str]:
+    curve, spec, block_size = context.curve, context.spec, context.block_size
+    current = context.num_blocks
+    lines = [
+        f"at the run's {current:,} blocks ({gib_for_blocks(spec, block_size, current):.1f} GiB) "
+        f"the token hit ratio is {recommendation.current_ratio:.1%}; an unlimited cache would "
+        f"give {recommendation.top_ratio:.1%} (the {recommendation.source})",
+        f"{recommendation.num_blocks:,} blocks reach {recommendation.ratio:.1%}, "
+        f"{TARGET_FRACTION:.0%} of what an unlimited cache gives",
+        f"the run itself measured {context.summary['token_hit_ratio']:.1%} "
+        f"(timing {context.config['timing'] or 'live'}, up to "
+        f"{context.config['max_num_seqs'] or '?'} requests at once); the curve models one "
+        "request at a time",
+    ]
+    for gib in MEMORY_STEPS_GIB:
+        extra = blocks_for_gib(spec, block_size, gib)
+        ratio = curve.token_hit_ratio(current + extra)
+        lines.append(
+            f"+{gib} GiB of KV cache (+{extra:,} blocks) -> {ratio:.1%} "
+            f"({(ratio - curve.token_hit_ratio(current)) * 100:+.1f} points)"
+        )
+    return lines
+
+
+def curve_chart(context: RunContext, recommended: int) -> Chart:
+    """The one-pass curve (and any what-if replays at the run's block size)."""
+    sizes, ratios = context.curve.points()
+    series = [Series("one-pass curve", sizes.tolist(), ratios.tolist())]
+    replays = sorted(_replays_at_block_size(context), key=lambda row: row["num_blocks"])
+    if replays:
+        series.append(
+            Series(
+                "what-if replays",
+                [row["num_blocks"] for row in replays],
+                [row["token_hit_ratio"] for row in replays],
+            )
+        )
+    return Chart(
+        kind="line",
+        title=f"Token hit ratio by pool size (block size {context.block_size})",
+        x_title="KV cache blocks",
+        y_title="token hit ratio",
+        series=series,
+        markers={"current": context.num_blocks, "recommended": recommended},
+    )

@@ -1,0 +1,101 @@
+"""Everything the rules read about one run, each piece computed once and only when asked."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from collector import queries
+from collector.advisor.suggestion import NotApplicable
+from collector.block_stream import Namespace, trace_block_stream, vllm_namespace
+from collector.kv_memory import MODELS, GpuMemory, KVSpec
+from collector.mrc import MissRatioCurve, miss_ratio_curve
+from collector.summary import run_summary
+from collector.traces import TraceRequest
+
+
+class RunContext:
+    """One run file open for advice, with the KV spec its memory figures assume."""
+
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        path: Path,
+        spec: KVSpec = MODELS["llama-3.1-8b"],
+        gpu: GpuMemory | None = None,
+        whatif: dict[str, Any] | None = None,
+    ) -> None:
+        self.connection = connection
+        self.path = path
+        self.spec = spec
+        self.gpu = gpu
+        self.whatif = whatif
+        self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        return queries.run_config(self.connection)
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        return run_summary(self.connection)
+
+    @property
+    def block_size(self) -> int:
+        return int(self.config["block_size"])
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.config["num_blocks"])
+
+    @cached_property
+    def curve(self) -> MissRatioCurve:
+        """The one-pass curve of the run's own block hashes (one request at a time)."""
+        from collector.block_stream import run_block_stream
+
+        block_size, stream = run_block_stream(self.connection)
+        return miss_ratio_curve(stream, block_size)
+
+    @cached_property
+    def has_token_ids(self) -> bool:
+        from collector.run_requests import has_token_ids
+
+        return has_token_ids(self.connection)
+
+    @cached_property
+    def requests(self) -> list[TraceRequest]:
+        """The run's requests with their prompts; NotApplicable without recorded token ids."""
+        from collector.run_requests import requests_from_run
+
+        if not self.has_token_ids:
+            raise NotApplicable(
+                "needs the prompts' token ids, which this run did not record "
+                "(replay with --record-token-ids)"
+            )
+        return requests_from_run(self.connection, self.path)
+
+    def token_curve(
+        self, block_size: int, namespace: Namespace = vllm_namespace, label: str = "vllm"
+    ) -> MissRatioCurve:
+        """The one-pass curve of the recorded prompts at `block_size`, blocks keyed by
+        `namespace` (labelled `label` for the cache of curves)."""
+        key = (block_size, label)
+        if key not in self._curves:
+            stream = trace_block_stream(self.requests, block_size, namespace)
+            self._curves[key] = miss_ratio_curve(stream, block_size)
+        return self._curves[key]
+
+    def tokens_at(self, curve: MissRatioCurve, num_blocks: int) -> float:
+        """Prefix-hit tokens the curve predicts for this run's requests at `num_blocks`."""
+        return curve.hits_at(num_blocks) * curve.block_size
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.summary["prompt_tokens"])
+
+    def share(self, tokens: float) -> float:
+        """Tokens as a share of the run's prompt tokens (points of token hit ratio)."""
+        return tokens / self.prompt_tokens if self.prompt_tokens else 0.0

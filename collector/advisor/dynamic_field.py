@@ -1,0 +1,207 @@
+"""A dynamic field (timestamp, id) near the start of otherwise identical prompts.
+
+Such requests agree up to a token offset, differ for a short span (the field: a different
+value in nearly every request), then agree again for a long stretch at the same offsets.
+Everything after the field is recomputed for every request, because a block hash chains
+over all tokens before it. Finding them needs the prompts' token ids.
+
+Detection: windows of WINDOW tokens at each offset near the start are grouped by content;
+a group of requests that shares a window at offset p but not everything before p is a
+candidate; the field is the span before p where the group disagrees.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from collector.advisor.context import RunContext
+from collector.advisor.run_queries import mean_hit_tokens
+from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.block_stream import trace_block_stream
+from collector.mrc import miss_ratio_curve
+from collector.traces import TraceRequest
+
+WINDOW = 16
+SCAN_TOKENS = 512  # "near the start": fields that begin within this many tokens
+MIN_FAMILY = 5
+MAX_FIELD_TOKENS = 64
+MIN_AGREEMENT = 32
+
+
+@dataclass(frozen=True)
+class DynamicField:
+    """A family of requests and the span [start, end) where each has its own value."""
+
+    members: tuple[int, ...]  # indices into the prompts
+    start: int
+    end: int
+    agreement: int  # identical tokens right after the field
+    distinct_values: int
+
+
+def find_dynamic_fields(prompts: Sequence[tuple[int, ...]]) -> list[DynamicField]:
+    """Every family of at least MIN_FAMILY prompts with a short field before a long
+    identical stretch, largest families first."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for index, tokens in enumerate(prompts):
+        for position in range(1, min(len(tokens) - WINDOW, SCAN_TOKENS) + 1):
+            groups[(position, hash(tokens[position : position + WINDOW]))].append(index)
+    candidates = sorted(
+        (
+            (position, members)
+            for (position, _), members in groups.items()
+            if len(members) >= MIN_FAMILY
+        ),
+        key=lambda item: (-len(item[1]), item[0]),
+    )
+    fields: list[DynamicField] = []
+    seen: set[frozenset[int]] = set()
+    assigned: set[int] = set()
+    for position, members in candidates:
+        member_set = frozenset(members)
+        if member_set in seen or len(member_set & assigned) * 2 > len(member_set):
+            continue
+        seen.add(member_set)
+        found = _field_before(prompts, members, position)
+        if found is not None:
+            fields.append(found)
+            assigned |= member_set
+    return fields
+
+
+def _field_before(
+    prompts: Sequence[tuple[int, ...]], members: list[int], position: int
+) -> DynamicField | None:
+    reference = prompts[members[0]]
+    others = [prompts[member] for member in members[1:]]
+    start = min(_common_prefix(reference, other, position) for other in others)
+    if start >= position:
+        return None  # a plain shared prefix: nothing differs before the window
+    end = position
+    while end > start and all(other[end - 1] == reference[end - 1] for other in others):
+        end -= 1
+    if end - start > MAX_FIELD_TOKENS:
+        return None
+    limit = min(len(other) for other in (reference, *others))
+    agreed_to = position + WINDOW
+    while agreed_to < limit and all(other[agreed_to] == reference[agreed_to] for other in others):
+        agreed_to += 1
+    distinct = len({prompts[member][start:end] for member in members})
+    if agreed_to - end < MIN_AGREEMENT or distinct * 2 < len(members):
+        return None
+    return DynamicField(tuple(members), start, end, agreed_to - end, distinct)
+
+
+def _common_prefix(first: tuple[int, ...], second: tuple[int, ...], limit: int) -> int:
+    end = min(limit, len(first), len(second))
+    return next((offset for offset in range(end) if first[offset] != second[offset]), end)
+
+
+def family_label(request_ids: Sequence[str]) -> str:
+    """A name for a family: the request ids' common prefix (`report-*`), if they have one."""
+    first, last = min(request_ids), max(request_ids)  # their common prefix is everyone's
+    length = next(
+        (
+            offset
+            for offset, (one, other) in enumerate(zip(first, last, strict=False))
+            if one != other
+        ),
+        min(len(first), len(last)),
+    )
+    prefix = re.sub(r"\d+$", "", first[:length])
+    return f"{prefix}*" if prefix else f"{len(request_ids)} requests"
+
+
+def field_moved_after(request: TraceRequest, found: DynamicField) -> TraceRequest:
+    """The request with its field moved after the identical stretch that follows it."""
+    assert request.token_ids is not None
+    tokens = request.token_ids
+    shared_end = found.end + found.agreement
+    moved = tokens[: found.start] + tokens[found.end : shared_end] + tokens[found.start : found.end]
+    return replace(request, token_ids=moved + tokens[shared_end:])
+
+
+def dynamic_field(context: RunContext) -> list[Suggestion]:
+    """One suggestion per family with a dynamic field."""
+    requests = context.requests
+    prompts = [request.token_ids or () for request in requests]
+    suggestions = []
+    for found in find_dynamic_fields(prompts):
+        suggestions.append(_suggestion(context, requests, found))
+    return suggestions
+
+
+def _suggestion(
+    context: RunContext, requests: list[TraceRequest], found: DynamicField
+) -> Suggestion:
+    members = [requests[index] for index in found.members]
+    label = family_label([request.request_id for request in members])
+    block_size, num_blocks = context.block_size, context.num_blocks
+    moved = list(requests)
+    for index in found.members:
+        moved[index] = field_moved_after(requests[index], found)
+    now = context.tokens_at(context.token_curve(block_size), num_blocks)
+    after = (
+        miss_ratio_curve(trace_block_stream(moved, block_size), block_size).hits_at(num_blocks)
+        * block_size
+    )
+    gain_tokens = max(after - now, 0.0)
+    width = found.end - found.start
+    shared = found.start + found.agreement
+    hits_now = mean_hit_tokens(context.connection, [request.request_id for request in members])
+    per_request = shared // block_size * block_size - found.start // block_size * block_size
+    return Suggestion(
+        rule="dynamic-field",
+        title=f"`{label}` prompts carry a dynamic field at token {found.start}",
+        severity=severity_for_gain(context.share(gain_tokens)),
+        evidence=[
+            f"{len(members)} requests ({label}) agree on tokens 0-{found.start - 1}, then differ "
+            f"for {width} tokens ({found.start}-{found.end - 1}: {found.distinct_values} distinct "
+            "values, a timestamp or an id), then agree again for "
+            f"{found.agreement} tokens ({found.end}-{found.end + found.agreement - 1})",
+            f"they hit {hits_now:.0f} prompt tokens each on average; without the field "
+            f"in front, each could reuse {shared // block_size * block_size} "
+            f"(about {per_request} tokens more per request, recomputed now)",
+        ],
+        effect=(
+            f"about {gain_tokens:,.0f} more prompt tokens served from the cache over this run "
+            f"(+{context.share(gain_tokens) * 100:.1f} points of token hit ratio; one-pass "
+            "curve of the prompts with the field moved, at the run's pool size)"
+        ),
+        action=(
+            f"prompt change: move the {width}-token field at token {found.start} of the "
+            f"`{label}` prompts after the {found.agreement} shared tokens that follow it "
+            "(or drop it)"
+        ),
+        gain_tokens=gain_tokens,
+        figures={
+            "family": label,
+            "requests": len(members),
+            "field_start": found.start,
+            "field_tokens": width,
+            "agreement_tokens": found.agreement,
+            "tokens_per_request": per_request,
+        },
+        charts=[_agreement_chart(requests, found, label)],
+    )
+
+
+def _agreement_chart(requests: list[TraceRequest], found: DynamicField, label: str) -> Chart:
+    """Per token offset: the share of the family holding the most common token there."""
+    prompts = [requests[index].token_ids or () for index in found.members]
+    last = min(found.end + found.agreement + WINDOW, *(len(tokens) for tokens in prompts))
+    shares = [
+        Counter(tokens[offset] for tokens in prompts).most_common(1)[0][1] / len(prompts)
+        for offset in range(last)
+    ]
+    return Chart(
+        kind="line",
+        title=f"`{label}`: share of requests agreeing, by token offset",
+        x_title="token offset",
+        y_title="requests holding the most common token",
+        series=[Series(label, list(range(last)), shares)],
+        markers={"field starts": found.start, "field ends": found.end},
+    )

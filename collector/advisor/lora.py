@@ -1,0 +1,122 @@
+"""LoRA adapters splitting otherwise identical prefixes.
+
+vLLM mixes the adapter into every block hash, rightly: an adapter changes the hidden states
+and so the KV of every layer after it. Identical prompts sent under different adapters (or
+under an adapter and the base model) therefore keep separate copies of their prefix, and
+never hit each other's. Finding them needs the prompts' token ids.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable
+
+from collector.advisor.context import RunContext
+from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.block_stream import RequestBlocks, trace_block_stream
+from collector.kv_memory import gib_for_blocks
+from collector.traces import TraceRequest
+
+
+def _without_adapter(request: TraceRequest) -> Hashable:
+    return (None, request.cache_salt)
+
+
+def lora_split(context: RunContext) -> list[Suggestion]:
+    """Fire when blocks with the same tokens are cached under more than one adapter."""
+    requests = context.requests
+    block_size = context.block_size
+    stream = trace_block_stream(requests, block_size, _without_adapter)
+    adapters_by_block: dict[Hashable, set[str | None]] = defaultdict(set)
+    for request, blocks in zip(requests, stream, strict=True):
+        for key in blocks.keys:
+            adapters_by_block[key].add(request.lora)
+    split = {key: adapters for key, adapters in adapters_by_block.items() if len(adapters) > 1}
+    if not split:
+        return []
+    duplicates = sum(len(adapters) - 1 for adapters in split.values())
+    families = _split_families(requests, stream, split)
+    now = context.tokens_at(context.token_curve(block_size), context.num_blocks)
+    merged = context.tokens_at(
+        context.token_curve(block_size, _without_adapter, "one-adapter"), context.num_blocks
+    )
+    gain = max(merged - now, 0.0)
+    duplicate_gib = gib_for_blocks(context.spec, block_size, duplicates)
+    adapter_names = sorted(
+        {name or "(base model)" for adapters in split.values() for name in adapters}
+    )
+    return [
+        Suggestion(
+            rule="lora-split",
+            title=f"LoRA adapters split identical prefixes ({len(families)} prefix families)",
+            severity=severity_for_gain(context.share(gain)),
+            evidence=[
+                f"{len(split):,} distinct blocks of identical tokens were cached under more than "
+                f"one adapter ({', '.join(adapter_names)}): {duplicates:,} duplicate blocks "
+                f"({duplicate_gib:.2f} GiB) if all stay cached",
+                *[
+                    f"prefix family of {count} requests (e.g. {example}) runs under "
+                    f"{', '.join(names)}"
+                    for count, example, names in families[:3]
+                ],
+            ],
+            effect=(
+                f"if one adapter (or the base model) served each family, about {gain:,.0f} more "
+                f"prompt tokens would come from the cache (+{context.share(gain) * 100:.1f} "
+                "points; one-pass curve without the adapter in the hash). The adapter does "
+                "change the KV, so vLLM must keep the copies apart otherwise"
+            ),
+            action=(
+                "send each shared-prefix family through one adapter, or route each adapter's "
+                "traffic to its own replica; else budget the duplicates: "
+                f"`--num-gpu-blocks-override {context.num_blocks + duplicates}`"
+            ),
+            gain_tokens=gain,
+            figures={"split_blocks": len(split), "duplicate_blocks": duplicates},
+            charts=[
+                Chart(
+                    kind="bar",
+                    title="Requests per adapter in the split prefix families",
+                    x_title="adapter",
+                    y_title="requests",
+                    series=[Series("requests", *_requests_per_adapter(requests, stream, split))],
+                )
+            ],
+        )
+    ]
+
+
+def _split_families(
+    requests: list[TraceRequest],
+    stream: list[RequestBlocks],
+    split: dict[Hashable, set[str | None]],
+) -> list[tuple[int, str, list[str]]]:
+    """Families by first block: (requests, an example request id, adapters), largest first."""
+    families: dict[Hashable, list[TraceRequest]] = defaultdict(list)
+    for request, blocks in zip(requests, stream, strict=True):
+        if blocks.keys and blocks.keys[0] in split:
+            families[blocks.keys[0]].append(request)
+    return sorted(
+        (
+            (
+                len(members),
+                members[0].request_id,
+                sorted({member.lora or "(base model)" for member in members}),
+            )
+            for members in families.values()
+        ),
+        reverse=True,
+    )
+
+
+def _requests_per_adapter(
+    requests: list[TraceRequest],
+    stream: list[RequestBlocks],
+    split: dict[Hashable, set[str | None]],
+) -> tuple[list[str], list[float]]:
+    counts: dict[str, int] = defaultdict(int)
+    for request, blocks in zip(requests, stream, strict=True):
+        if blocks.keys and blocks.keys[0] in split:
+            counts[request.lora or "(base model)"] += 1
+    names = sorted(counts)
+    return names, [float(counts[name]) for name in names]

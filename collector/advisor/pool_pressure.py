@@ -1,0 +1,152 @@
+"""Pool pressure: free blocks under 10 % for long stretches, and evictions that were regretted.
+
+Both read the shared queries (`collector/queries.py`); the cure for both is a larger pool
+(the size the cache-size analysis recommends), or fewer requests running at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collector import queries
+from collector.advisor.cache_size import recommend_size
+from collector.advisor.context import RunContext
+from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.kv_memory import gib_for_blocks
+
+ALARM_FRACTION = 0.10
+LONG_SHARE = 0.05  # of the run's time under the alarm line, in all
+LONG_STRETCH_S = 30.0  # or one stretch this long
+REGRET_SHARE = 0.20  # of evictions stored again later
+MIN_REGRETS = 20
+
+
+def low_free_blocks(context: RunContext) -> list[Suggestion]:
+    """Fire when the pool ran under 10 % free for a long share of the run or a long stretch."""
+    periods = queries.low_free_periods(context.connection, ALARM_FRACTION)
+    if periods.empty:
+        return []
+    start_ns, end_ns = queries.time_span_ns(context.connection)
+    span_s = max((end_ns - start_ns) / 1e9, 1e-9)
+    durations = periods["end_s"] - periods["start_s"]
+    total_s, longest_s = float(durations.sum()), float(durations.max())
+    if total_s / span_s < LONG_SHARE and longest_s < LONG_STRETCH_S:
+        return []
+    extremes = queries.free_block_extremes(context.connection, ALARM_FRACTION)
+    longest = periods.iloc[int(durations.to_numpy().argmax())]
+    seqs = context.config["max_num_seqs"]
+    target = max(recommend_size(context).num_blocks, context.num_blocks * 3 // 2)
+    extra_gib = gib_for_blocks(context.spec, context.block_size, target - context.num_blocks)
+    return [
+        Suggestion(
+            rule="low-free-blocks",
+            title="The pool runs under 10 % free blocks for long stretches",
+            severity="high" if context.summary["preemptions"] else "medium",
+            evidence=[
+                f"{total_s:.1f} s of {span_s:.1f} s ({total_s / span_s:.0%}) under "
+                f"{ALARM_FRACTION:.0%} free, in {len(periods)} stretches; the longest lasted "
+                f"{longest_s:.1f} s (from {longest['start_s']:.1f} s)",
+                f"fewest free blocks: {extremes['min_free_blocks']:,} of "
+                f"{extremes['usable_blocks']:,}; {context.summary['preemptions']:,} preemptions, "
+                f"{context.summary['evictions']:,} evictions in the run",
+            ],
+            effect=(
+                "running requests stop pushing out cached prefixes and stop being preempted "
+                f"(recomputed from scratch); with {target:,} blocks the one-pass curve gives "
+                f"{context.curve.token_hit_ratio(target):.1%} token hit ratio against "
+                f"{context.curve.token_hit_ratio(context.num_blocks):.1%} now"
+            ),
+            action=(
+                f"`--num-gpu-blocks-override {target}` (+{extra_gib:.1f} GiB), or fewer "
+                f"requests at once: `--max-num-seqs {max((seqs or 2) // 2, 1)}`"
+            ),
+            figures={
+                "seconds_under_alarm": round(total_s, 3),
+                "share_under_alarm": total_s / span_s,
+                "longest_stretch_s": round(longest_s, 3),
+                "stretches": len(periods),
+                **extremes,
+            },
+        )
+    ]
+
+
+def eviction_regret(context: RunContext) -> list[Suggestion]:
+    """Fire when a large share of evicted blocks were stored again later (recomputed)."""
+    summary = queries.eviction_regret_summary(context.connection)
+    if summary["restored"] < MIN_REGRETS or summary["regret_ratio"] < REGRET_SHARE:
+        return []
+    regret = queries.eviction_regret(context.connection)
+    delays_s = regret["restored_after_ns"].dropna().to_numpy(dtype=np.float64) / 1e9
+    p50, p90 = np.percentile(delays_s, [50, 90])
+    recommendation = recommend_size(context)
+    curve, current = context.curve, context.num_blocks
+    target = max(recommendation.num_blocks, current)
+    gain = curve.token_hit_ratio(target) - curve.token_hit_ratio(current)
+    recomputed_tokens = summary["restored"] * context.block_size
+    return [
+        Suggestion(
+            rule="eviction-regret",
+            title=f"{summary['regret_ratio']:.0%} of evicted blocks were needed again",
+            severity=severity_for_gain(max(gain, context.share(recomputed_tokens))),
+            evidence=[
+                f"{summary['restored']:,} of {summary['evictions']:,} evictions were stored "
+                f"again later ({recomputed_tokens:,} tokens recomputed)",
+                f"time from eviction to re-store: median {p50:.1f} s, 90th percentile {p90:.1f} s",
+                *_distance_lines(context),
+            ],
+            effect=(
+                f"with {target:,} blocks the regretted blocks mostly stay: token hit ratio "
+                f"{curve.token_hit_ratio(current):.1%} -> {curve.token_hit_ratio(target):.1%} "
+                "(one-pass curve, one request at a time)"
+            ),
+            action=f"`--num-gpu-blocks-override {target}`",
+            gain_tokens=gain * context.prompt_tokens,
+            figures={**summary, "median_restore_s": float(p50), "p90_restore_s": float(p90)},
+            charts=[_delay_chart(delays_s), _distance_chart(context)],
+        )
+    ]
+
+
+def _distance_lines(context: RunContext) -> list[str]:
+    """The reuse-distance distribution around the pool size, from the one-pass curve."""
+    curve, current = context.curve, context.num_blocks
+    here = curve.hits_at(current)
+    lines = []
+    for factor in (2, 4):
+        more = curve.hits_at(current * factor) - here
+        lines.append(
+            f"{more:,.0f} block reuses have a reuse distance between {current:,} and "
+            f"{current * factor:,} blocks (they hit with a {factor}x pool)"
+        )
+    return lines
+
+
+def _delay_chart(delays_s: np.ndarray) -> Chart:
+    counts, edges = np.histogram(delays_s, bins=min(30, max(len(delays_s) // 5, 1)))
+    return Chart(
+        kind="bar",
+        title="Evicted, then stored again: time in between",
+        x_title="seconds from eviction to re-store",
+        y_title="blocks",
+        series=[
+            Series(
+                "regretted evictions", (edges[:-1] + np.diff(edges) / 2).tolist(), counts.tolist()
+            )
+        ],
+    )
+
+
+def _distance_chart(context: RunContext) -> Chart:
+    """Reuse distances: block hits gained per extra pool size, around the current pool."""
+    curve, current = context.curve, context.num_blocks
+    edges = np.unique(np.linspace(1, current * 4, 33).astype(np.int64))
+    hits = np.array([curve.hits_at(int(edge)) for edge in edges])
+    return Chart(
+        kind="bar",
+        title="Reuse-distance distribution (block reuses by stack distance)",
+        x_title="reuse distance (blocks)",
+        y_title="block reuses",
+        series=[Series("reuses", edges[1:].tolist(), np.diff(hits).tolist())],
+        markers={"current pool": current},
+    )

@@ -1,0 +1,68 @@
+"""Every rule, run in turn, and the suggestions ranked: severity first, then tokens gained."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from collector.advisor import (
+    block_size,
+    cache_size,
+    dynamic_field,
+    hash_algo,
+    lora,
+    pool_pressure,
+    tenants,
+    warming,
+)
+from collector.advisor.context import RunContext
+from collector.advisor.suggestion import SEVERITIES, Check, NotApplicable, Suggestion
+
+Rule = Callable[[RunContext], list[Suggestion]]
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("cache-size", cache_size.cache_size),
+    ("low-free-blocks", pool_pressure.low_free_blocks),
+    ("eviction-regret", pool_pressure.eviction_regret),
+    ("block-size", block_size.block_size),
+    ("dynamic-field", dynamic_field.dynamic_field),
+    ("per-request-salt", tenants.per_request_salts),
+    ("cross-tenant-sharing", tenants.shared_across_tenants),
+    ("hash-algorithm", hash_algo.hash_algorithm),
+    ("lora-split", lora.lora_split),
+    ("warm-prefix", warming.warming),
+)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The ranked suggestions for one run, and what every rule concluded."""
+
+    suggestions: list[Suggestion]
+    checks: list[Check]
+
+
+def rank(suggestions: list[Suggestion]) -> list[Suggestion]:
+    """Severity first (high, medium, low), then the predicted tokens gained."""
+    return sorted(
+        suggestions,
+        key=lambda suggestion: (SEVERITIES.index(suggestion.severity), -suggestion.gain_tokens),
+    )
+
+
+def advise(context: RunContext, rules: tuple[tuple[str, Rule], ...] = RULES) -> Advice:
+    """Run every rule on the run; a rule that cannot judge it is reported as skipped."""
+    suggestions: list[Suggestion] = []
+    checks = []
+    for name, rule in rules:
+        try:
+            found = rule(context)
+        except NotApplicable as reason:
+            checks.append(Check(name, "skipped", str(reason)))
+            continue
+        suggestions += found
+        if found:
+            checks.append(Check(name, "fired", "; ".join(suggestion.title for suggestion in found)))
+        else:
+            checks.append(Check(name, "silent", "nothing to suggest"))
+    return Advice(rank(suggestions), checks)

@@ -1,0 +1,74 @@
+"""Advice as Markdown (for people) or a JSON document (for scripts and CI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collector.advisor.context import RunContext
+from collector.advisor.ranking import Advice
+
+
+def run_line(context: RunContext) -> str:
+    """One line saying which run the advice is about."""
+    config, summary = context.config, context.summary
+    return (
+        f"{config['source']} of {config['trace'] or 'a live engine'}: block size "
+        f"{context.block_size}, {context.num_blocks:,} blocks, {config['hash_algo']}, "
+        f"vLLM {config['vllm_version']}; {summary['requests']:,} requests, token hit ratio "
+        f"{summary['token_hit_ratio']:.1%}"
+    )
+
+
+def to_markdown(advice: Advice, context: RunContext) -> str:
+    """Ranked suggestions, each with evidence, effect and action; then every rule's check."""
+    lines = [
+        f"# kvscope advice: {context.path.name}",
+        "",
+        run_line(context),
+        "",
+        f"KV memory figures assume {context.spec.describe()}.",
+        "",
+    ]
+    if not advice.suggestions:
+        lines += ["No suggestions: every rule that could judge this run found nothing to fix.", ""]
+    for number, suggestion in enumerate(advice.suggestions, start=1):
+        lines += [
+            f"## {number}. {suggestion.title}",
+            "",
+            f"*{suggestion.severity}* · rule `{suggestion.rule}`",
+            "",
+            "Evidence:",
+            *[f"- {line}" for line in suggestion.evidence],
+            "",
+            f"Predicted effect: {suggestion.effect}",
+            "",
+            f"Do this: {suggestion.action}",
+            "",
+        ]
+    lines += ["## Checks", "", "| rule | result | detail |", "| --- | --- | --- |"]
+    lines += [
+        f"| {check.rule} | {check.status} | {check.detail.replace('|', '/')} |"
+        for check in advice.checks
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def to_document(advice: Advice, context: RunContext) -> dict[str, Any]:
+    """The advice as one JSON-ready document."""
+    return {
+        "run": str(context.path),
+        "run_config": {
+            "block_size": context.block_size,
+            "num_blocks": context.num_blocks,
+            "hash_algo": context.config["hash_algo"],
+            "timing": context.config["timing"],
+            "max_num_seqs": context.config["max_num_seqs"],
+        },
+        "token_hit_ratio": context.summary["token_hit_ratio"],
+        "kv_spec": context.spec.to_dict(),
+        "suggestions": [
+            {"rank": rank, **suggestion.to_dict()}
+            for rank, suggestion in enumerate(advice.suggestions, start=1)
+        ],
+        "checks": [vars(check) for check in advice.checks],
+    }

@@ -1,0 +1,43 @@
+"""`kvscope advise`: ranked tuning suggestions for a run, as Markdown or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "advise", help="ranked suggestions for a run: evidence, predicted effect, exact setting"
+    )
+    parser.add_argument("run", type=Path, help="run file (.duckdb)")
+    parser.add_argument(
+        "--whatif", type=Path, help="a `kvscope whatif` output folder to take the sweep from"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_kv_options(parser)
+    parser.set_defaults(handler=_run_advise)
+
+
+def _run_advise(args: argparse.Namespace) -> int:
+    from collector.advisor import RunContext, advise
+    from collector.advisor.report import to_document, to_markdown
+    from collector.store import RunStore
+    from collector.whatif import read_results
+
+    whatif = read_results(args.whatif) if args.whatif else None
+    store = RunStore.open(args.run)
+    try:
+        context = RunContext(store.connection, args.run, kv_spec_from(args), gpu_from(args), whatif)
+        advice = advise(context)
+        if args.json:
+            print(json.dumps(to_document(advice, context), sort_keys=True))
+        else:
+            print(to_markdown(advice, context), end="")
+    finally:
+        store.close()
+    return 0

@@ -1,0 +1,55 @@
+"""Command-line options for a model's KV spec and GPU memory (`whatif`, `advise`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_kv_options(parser: Any) -> None:
+    """--model, its overrides, and the GPU memory that turns blocks into settings."""
+    from collector.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+
+    group = parser.add_argument_group(
+        "KV memory", "turn blocks into GiB and vLLM memory settings for this model"
+    )
+    group.add_argument("--model", choices=sorted(MODELS), default=DEFAULT_MODEL)
+    group.add_argument("--num-layers", type=int, help="override the model's layer count")
+    group.add_argument("--num-kv-heads", type=int, help="override the model's KV heads")
+    group.add_argument("--head-size", type=int, help="override the model's head size")
+    group.add_argument("--kv-dtype", choices=sorted(DTYPE_BYTES), help="KV cache dtype")
+    group.add_argument("--tensor-parallel-size", type=int, default=1)
+    group.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU, GiB")
+    group.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="the engine's current --gpu-memory-utilization (0.9)",
+    )
+
+
+def kv_spec_from(args: argparse.Namespace) -> Any:
+    """The KVSpec the options describe."""
+    from dataclasses import replace
+
+    from collector.kv_memory import MODELS
+
+    spec = MODELS[args.model]
+    overrides = {
+        "num_layers": args.num_layers,
+        "num_kv_heads": args.num_kv_heads,
+        "head_size": args.head_size,
+        "dtype": args.kv_dtype,
+    }
+    chosen = {name: value for name, value in overrides.items() if value is not None}
+    name = f"{spec.name} (modified)" if chosen else spec.name
+    return replace(spec, name=name, tensor_parallel_size=args.tensor_parallel_size, **chosen)
+
+
+def gpu_from(args: argparse.Namespace) -> Any:
+    """The GPU memory the options describe, or None when the GPU's size is not given."""
+    from collector.kv_memory import GpuMemory
+
+    if args.gpu_memory_gib is None:
+        return None
+    return GpuMemory(args.gpu_memory_gib, args.gpu_memory_utilization)

@@ -1,0 +1,167 @@
+"""`kvscope whatif`: replay a trace or a run at other settings, in parallel, into run files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+
+
+def _numbers(kind: type, text: str) -> list[Any]:
+    try:
+        values = [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from error
+    if not values or any(value <= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def register(commands: Any) -> None:
+    from collector.block_manager import HASH_ALGOS
+    from collector.replay import TIMINGS
+    from collector.traces import FORMATS
+
+    parser = commands.add_parser(
+        "whatif",
+        help="replay a trace or a run at other block sizes / pool sizes / concurrency",
+    )
+    parser.add_argument("source", type=Path, help="trace (.jsonl[.gz]) or run file (.duckdb)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the run files")
+    parser.add_argument("--block-size", type=lambda text: _numbers(int, text), help="e.g. 16,32,64")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument(
+        "--num-blocks", type=lambda text: _numbers(int, text), help="pool sizes, e.g. 2000,4000"
+    )
+    sizes.add_argument(
+        "--kv-gib",
+        type=lambda text: _numbers(float, text),
+        help="pool sizes as GiB of KV cache per GPU (same memory for every block size)",
+    )
+    parser.add_argument("--max-num-seqs", type=lambda text: _numbers(int, text))
+    parser.add_argument("--timing", choices=TIMINGS, help="default: the run's, else sequential")
+    parser.add_argument("--hash-algo", choices=HASH_ALGOS)
+    parser.add_argument("--format", choices=FORMATS, default="auto", dest="trace_format")
+    parser.add_argument("--limit", type=int, help="replay only the first N requests")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_kv_options(parser)
+    parser.set_defaults(handler=_run_whatif)
+
+
+def _run_whatif(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from collector.whatif import Source, run_sweep, sweep_points, write_results
+    from engine_hooks.privacy import load_secret
+
+    source = Source(args.source, args.trace_format, args.limit)
+    base, defaults = _base_options(args, source)
+    spec = kv_spec_from(args)
+    points = sweep_points(
+        args.block_size or [defaults["block_size"]],
+        args.max_num_seqs or [defaults["max_num_seqs"]],
+        num_blocks=args.num_blocks or ([] if args.kv_gib else [defaults["num_blocks"]]),
+        kv_gib=args.kv_gib or [],
+        spec=spec,
+    )
+    with tqdm(total=len(points), unit="replay", disable=True if args.quiet else None) as bar:
+        results = run_sweep(
+            source,
+            points,
+            args.out,
+            base,
+            secret=load_secret(),
+            jobs=args.jobs,
+            progress=bar.update,
+        )
+    path = write_results(args.out, source, base, spec, results)
+    if args.json:
+        print(json.dumps(results, sort_keys=True))
+    else:
+        _print_table(results, spec, gpu_from(args), defaults)
+        print(f"\n{len(results)} runs in {args.out}; figures in {path}")
+    return 0
+
+
+def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str, Any]]:
+    """Replay options from the flags, defaulting to the source run's own settings."""
+    from collector.block_manager import CacheSettings
+    from collector.replay import ReplayOptions
+
+    defaults: dict[str, Any] = {
+        "block_size": 16,
+        "num_blocks": 20_000,
+        "max_num_seqs": 256,
+        "timing": "sequential",
+        "hash_algo": "sha256",
+    }
+    reveal = False
+    if source.is_run:
+        from collector import queries
+        from collector.store import RunStore
+
+        store = RunStore.open(source.path)
+        try:
+            config = queries.run_config(store.connection)
+        finally:
+            store.close()
+        defaults.update({name: config[name] for name in defaults if config.get(name) is not None})
+        reveal = True  # the run's tenant labels are already what it chose to store
+    base = ReplayOptions(
+        settings=CacheSettings(
+            defaults["block_size"], defaults["num_blocks"], args.hash_algo or defaults["hash_algo"]
+        ),
+        timing=args.timing or defaults["timing"],
+        reveal_tenants=reveal,
+    )
+    return base, defaults
+
+
+def _print_table(
+    results: list[dict[str, Any]], spec: Any, gpu: Any, defaults: dict[str, Any]
+) -> None:
+    from collector.kv_memory import gib_for_blocks, vllm_pool_settings
+
+    current_gib = gib_for_blocks(spec, defaults["block_size"], defaults["num_blocks"])
+    print(f"KV memory for {spec.describe()}")
+    print(
+        f"{'block':>5} {'blocks':>8} {'GiB':>7} {'seqs':>5} {'token hit':>9} {'block hit':>9} "
+        f"{'evictions':>10} {'preempt':>7}  settings"
+    )
+    for row in results:
+        settings = vllm_pool_settings(spec, row["block_size"], row["num_blocks"], current_gib, gpu)
+        print(
+            f"{row['block_size']:>5} {row['num_blocks']:>8,} {row['kv_gib']:>7.2f} "
+            f"{row['max_num_seqs']:>5} {row['token_hit_ratio']:>9.2%} "
+            f"{row['block_hit_ratio']:>9.2%} {row['evictions']:>10,} {row['preemptions']:>7,}  "
+            + " ".join(settings)
+        )
+    _print_memory_steps(results)
+
+
+def _print_memory_steps(results: list[dict[str, Any]]) -> None:
+    """For each block size and concurrency: what each step up in memory buys."""
+    previous: dict[tuple[int, int], dict[str, Any]] = {}
+    lines = []
+    for row in results:
+        key = (row["block_size"], row["max_num_seqs"])
+        if key in previous:
+            before = previous[key]
+            lines.append(
+                f"block size {row['block_size']}: {row['kv_gib'] - before['kv_gib']:+.2f} GiB of "
+                f"KV cache ({before['num_blocks']:,} -> {row['num_blocks']:,} blocks) -> "
+                f"{(row['token_hit_ratio'] - before['token_hit_ratio']) * 100:+.1f} points of "
+                "token hit ratio"
+            )
+        previous[key] = row
+    if lines:
+        print()
+        print("\n".join(lines))

@@ -1,0 +1,221 @@
+"""What-if sweeps: the same requests replayed through vLLM's real manager at other settings.
+
+Each point of the sweep (block size x pool size x max running requests) is a full replay
+into its own run file, so the app and `kvscope summary` read it like any run; the points run
+in parallel processes (each loads the requests once). `whatif.json` beside the run files
+lists every point's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from itertools import product
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from collector.block_stream import num_kv_tokens
+from collector.kv_memory import KVSpec, gib_for_blocks
+from collector.replay import ReplayOptions, replay_requests
+from collector.store import RunStore, StoreError
+from collector.traces import TraceError, TraceRequest, read_trace
+
+RESULTS_FILE = "whatif.json"
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One configuration of a sweep."""
+
+    block_size: int
+    num_blocks: int
+    max_num_seqs: int
+
+    @property
+    def run_name(self) -> str:
+        return f"bs{self.block_size}-blocks{self.num_blocks}-seqs{self.max_num_seqs}.duckdb"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the requests come from: a trace, or a run file's recorded requests."""
+
+    path: Path
+    trace_format: str = "auto"
+    limit: int | None = None
+
+    @property
+    def is_run(self) -> bool:
+        return self.path.suffix == ".duckdb"
+
+    def load(self) -> list[TraceRequest]:
+        if self.is_run:
+            from collector.run_requests import requests_from_run
+
+            store = RunStore.open(self.path)
+            try:
+                requests = requests_from_run(store.connection, self.path)
+            finally:
+                store.close()
+        else:
+            requests = read_trace(self.path, self.trace_format)
+        return requests[: self.limit] if self.limit else requests
+
+
+def sweep_points(
+    block_sizes: Iterable[int],
+    max_num_seqs: Iterable[int],
+    num_blocks: Iterable[int] = (),
+    kv_gib: Iterable[float] = (),
+    spec: KVSpec | None = None,
+) -> list[SweepPoint]:
+    """Every combination; pool sizes given as blocks, or as GiB of KV cache (per block size,
+    through the model's KV spec, so every block size gets the same memory)."""
+    from collector.kv_memory import blocks_for_gib
+
+    points = []
+    for block_size, seqs in product(block_sizes, max_num_seqs):
+        sizes = list(num_blocks)
+        if spec is not None:
+            sizes += [blocks_for_gib(spec, block_size, gib) for gib in kv_gib]
+        points += [SweepPoint(block_size, size, seqs) for size in sorted(set(sizes))]
+    return points
+
+
+def check_points_fit(requests: list[TraceRequest], points: list[SweepPoint], source: Path) -> None:
+    """Refuse a pool that the largest request could never fit in, before any replay starts."""
+    largest = max(
+        requests,
+        key=lambda request: num_kv_tokens(request.num_prompt_tokens, request.output_length),
+    )
+    tokens = num_kv_tokens(largest.num_prompt_tokens, largest.output_length)
+    for point in points:
+        needed = -(-tokens // point.block_size) + 1
+        if point.num_blocks < needed:
+            raise TraceError(
+                source,
+                largest.line,
+                f"request {largest.request_id} needs {needed} blocks of {point.block_size} "
+                f"tokens (null block included); the sweep point with {point.num_blocks} "
+                "blocks is too small",
+            )
+
+
+_worker_requests: list[TraceRequest] = []
+
+
+def _load_requests(source: Source) -> None:
+    global _worker_requests  # noqa: PLW0603 - one load per worker process
+    _worker_requests = source.load()
+
+
+def _replay_point(
+    point: SweepPoint, out_path: str, source_path: str, options: ReplayOptions, secret: bytes
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    summary = replay_requests(_worker_requests, Path(source_path), Path(out_path), options, secret)
+    return {
+        **asdict(point),
+        "seconds": round(time.perf_counter() - started, 2),
+        "run": Path(out_path).name,
+        **{name: summary[name] for name in _FIGURES},
+    }
+
+
+_FIGURES = (
+    "token_hit_ratio",
+    "block_hit_ratio",
+    "hit_tokens",
+    "prompt_tokens",
+    "evictions",
+    "preemptions",
+    "requests",
+)
+
+
+def run_sweep(
+    source: Source,
+    points: list[SweepPoint],
+    out_dir: Path,
+    base: ReplayOptions,
+    *,
+    secret: bytes,
+    jobs: int,
+    progress: Callable[[int], None] = lambda _: None,
+) -> list[dict[str, Any]]:
+    """Replay every point into `out_dir`, `jobs` at a time; return each point's figures.
+
+    On any failure the run files this sweep wrote are removed again.
+    """
+    requests = source.load()
+    check_points_fit(requests, points, source.path)
+    out_paths = [out_dir / point.run_name for point in points]
+    for path in out_paths:
+        if path.exists():
+            raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    try:
+        # spawn: vLLM, torch and DuckDB start clean in each worker
+        with ProcessPoolExecutor(
+            max_workers=max(1, min(jobs, len(points))),
+            mp_context=get_context("spawn"),
+            initializer=_load_requests,
+            initargs=(source,),
+        ) as pool:
+            futures = [
+                pool.submit(
+                    _replay_point, point, str(path), str(source.path), _options(base, point), secret
+                )
+                for point, path in zip(points, out_paths, strict=True)
+            ]
+            for future in as_completed(futures):
+                results.append(future.result())
+                progress(1)
+    except BaseException:
+        for path in out_paths:
+            path.unlink(missing_ok=True)
+        raise
+    results.sort(key=lambda row: (row["block_size"], row["max_num_seqs"], row["num_blocks"]))
+    return results
+
+
+def _options(base: ReplayOptions, point: SweepPoint) -> ReplayOptions:
+    settings = replace(base.settings, block_size=point.block_size, num_blocks=point.num_blocks)
+    return replace(base, settings=settings, max_num_seqs=point.max_num_seqs, limit=None)
+
+
+def write_results(
+    out_dir: Path, source: Source, base: ReplayOptions, spec: KVSpec, results: list[dict[str, Any]]
+) -> Path:
+    """`whatif.json`: the source, the replay options, the KV spec and every point's figures
+    (with the GiB of KV cache each pool takes under that spec); written atomically."""
+    for row in results:
+        row["kv_gib"] = round(gib_for_blocks(spec, row["block_size"], row["num_blocks"]), 3)
+    document = {
+        "source": str(source.path),
+        "timing": base.timing,
+        "hash_algo": base.settings.hash_algo,
+        "kv_spec": spec.to_dict(),
+        "results": results,
+    }
+    path = out_dir / RESULTS_FILE
+    temporary = out_dir / f".{RESULTS_FILE}.tmp-{os.getpid()}"
+    temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    temporary.replace(path)
+    return path
+
+
+def read_results(out_dir: Path) -> dict[str, Any]:
+    """A sweep's `whatif.json`."""
+    path = out_dir / RESULTS_FILE
+    try:
+        document: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise TraceError(path, 0, f"not a kvscope what-if result: {error}") from error
+    return document
