@@ -11,11 +11,13 @@ Two sources:
 - a run file (`run_block_stream`): keys are the block hashes vLLM itself recorded in the
   run's hit and store events.
 
-Equal keys mean equal blocks; the key values mean nothing else.
+Equal keys mean equal blocks; the key values mean nothing else, but they are the same in
+every process (SHARDS sampling picks blocks by key).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +26,7 @@ import duckdb
 from collector.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 Namespace = Callable[[TraceRequest], Hashable]
+_OUTPUT = -1  # marks the content of a block of unique output tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,7 @@ def trace_block_stream(
         num_prompt_full = request.num_prompt_tokens // block_size
         contents: list[Hashable] = _prompt_block_contents(request, block_size, num_prompt_full)
         contents += _output_block_contents(request, index, block_size, num_prompt_full, num_full)
-        parent: Hashable = hash(("root", namespace(request)))
+        parent: Hashable = _stable_hash(namespace(request))
         keys = []
         for content in contents:
             parent = hash((parent, content))
@@ -70,6 +73,11 @@ def trace_block_stream(
             RequestBlocks(tuple(keys), request.num_prompt_tokens, -(-num_tokens // block_size))
         )
     return stream
+
+
+def _stable_hash(value: Hashable) -> int:
+    """The same number for the same value in every process (str hashes are salted)."""
+    return int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), "big")
 
 
 def _prompt_block_contents(request: TraceRequest, block_size: int, num_full: int) -> list[Hashable]:
@@ -108,7 +116,7 @@ def _output_block_contents(
     if first >= end:
         return []
     if request.output_token_ids is None:
-        return [("output", index, position) for position in range(first, end)]
+        return [(_OUTPUT, index, position) for position in range(first, end)]
     prompt = (
         request.token_ids if request.token_ids is not None else tuple(request.prompt_token_ids())
     )

@@ -1,7 +1,7 @@
 """The miss-ratio curve in one pass: vLLM's prefix-cache hits at every cache size at once.
 
 Mattson's stack algorithm over the block-reference stream (`collector/block_stream.py`),
-with a Fenwick tree over reference times counting the distinct blocks referenced since a
+with Fenwick trees over reference times counting the distinct blocks referenced since a
 block's last reference (its stack distance). A block is still cached in a pool of C usable
 blocks exactly when its distance is at most C, because vLLM's pool behaves as an LRU stack
 of cached blocks when one request runs at a time:
@@ -26,7 +26,6 @@ hashes under `sample_rate` and scales distances and counts by 1 / sample_rate.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -37,30 +36,44 @@ from collector.block_stream import RequestBlocks
 _SAMPLE_MODULUS = 1 << 24
 
 
-class Fenwick:
-    """Counts of live markers at reference times, with prefix sums in O(log n)."""
+class MovedMarkers:
+    """Reference times whose block has been referenced again since (its marker moved up).
+
+    Every reference time starts with a marker, so the live markers up to a time are that
+    many times minus the moved ones. Two Fenwick trees give prefix counts with range
+    updates: a request moves whole runs of consecutive times at once.
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.tree = [0] * (size + 1)
+        self.slope = [0] * (size + 2)
+        self.offset = [0] * (size + 2)
 
-    def add(self, position: int, delta: int) -> None:
-        tree = self.tree
+    def _add(self, tree: list[int], index: int, delta: int) -> None:
         size = self.size
-        index = position + 1
         while index <= size:
             tree[index] += delta
             index += index & -index
 
-    def count_through(self, position: int) -> int:
-        """Live markers at times 0..position."""
-        tree = self.tree
-        total = 0
-        index = position + 1
+    def move_range(self, first: int, last: int) -> None:
+        """Mark times first..last (none marked before) as moved."""
+        low, high = first + 1, last + 1
+        self._add(self.slope, low, 1)
+        self._add(self.slope, high + 1, -1)
+        self._add(self.offset, low, low - 1)
+        self._add(self.offset, high + 1, -high)
+
+    def moved_through(self, time: int) -> int:
+        """Moved markers at times 0..time."""
+        slope = offset = 0
+        index = time + 1
+        end = index
+        slope_tree, offset_tree = self.slope, self.offset
         while index > 0:
-            total += tree[index]
+            slope += slope_tree[index]
+            offset += offset_tree[index]
             index -= index & -index
-        return total
+        return slope * end - offset
 
 
 @dataclass(frozen=True)
@@ -112,7 +125,9 @@ def miss_ratio_curve(
         raise ValueError(f"sample rate must be in (0, 1], got {sample_rate}")
     sampled = _sampled_stream(stream, sample_rate) if sample_rate < 1 else stream
     distances = _hit_distances(sampled, block_size, sample_rate)
-    hit_blocks = np.cumsum(np.bincount(distances, minlength=1) / sample_rate)
+    hit_blocks = np.cumsum(
+        np.bincount(distances, minlength=1) * _count_scale(stream, sampled, block_size)
+    )
     return MissRatioCurve(
         block_size=block_size,
         hit_blocks=hit_blocks,
@@ -124,6 +139,21 @@ def miss_ratio_curve(
     )
 
 
+def _count_scale(
+    stream: Sequence[RequestBlocks], sampled: Sequence[RequestBlocks | _Sampled], block_size: int
+) -> float:
+    """What one sampled hit stands for: all hit-eligible blocks / the sampled ones (a ratio
+    estimate, steadier than 1 / sample rate when a few hot blocks carry many references)."""
+    if sampled is stream:
+        return 1.0
+    eligible = sampled_eligible = 0
+    for request, picked in zip(stream, sampled, strict=True):
+        limit = max(request.num_prompt_tokens - 1, 0) // block_size
+        eligible += min(limit, len(request.keys))
+        sampled_eligible += sum(key is not None for key in picked.keys[:limit])
+    return eligible / max(sampled_eligible, 1)
+
+
 @dataclass(frozen=True, slots=True)
 class _Sampled:
     """A request with only its sampled keys (None where a key was not sampled)."""
@@ -133,11 +163,16 @@ class _Sampled:
     num_blocks: int
 
 
+def _spread(key: Hashable) -> int:
+    """A key's sampling slot in [0, _SAMPLE_MODULUS): its hash, multiplied to mix the bits."""
+    return (hash(key) * 0x9E3779B97F4A7C15 >> 20) % _SAMPLE_MODULUS
+
+
 def _sampled_stream(stream: Sequence[RequestBlocks], sample_rate: float) -> list[_Sampled]:
     threshold = sample_rate * _SAMPLE_MODULUS
     return [
         _Sampled(
-            tuple(key if hash(key) % _SAMPLE_MODULUS < threshold else None for key in request.keys),
+            tuple(key if _spread(key) < threshold else None for key in request.keys),
             request.num_prompt_tokens,
             request.num_blocks,
         )
@@ -150,41 +185,71 @@ def _hit_distances(
 ) -> np.ndarray:
     """For every (sampled) block that hits in a large enough pool: the smallest number of
     usable blocks it hits with."""
-    total = sum(sum(key is not None for key in request.keys) for request in stream)
-    tree = Fenwick(total)
-    last_time: dict[Hashable, int] = {}
-    distances: list[int] = []
-    now = 0
-    # The last request that held an uncached block: its first and last reference times, and
-    # the earlier times of blocks referenced again since it ended.
-    transient_start = transient_end = -1
-    moved_since_transient: list[int] = []
-    phantom = round(1 / sample_rate)  # an uncached block, in sampled units
+    stack = _Stack(sum(sum(key is not None for key in request.keys) for request in stream))
+    distances: list[float] = []
     for request in stream:
-        keys = request.keys
-        num_eligible = min((request.num_prompt_tokens - 1) // block_size, len(keys))
-        live = tree.count_through(now - 1) if now else 0
-        running = 0
+        num_eligible = min((request.num_prompt_tokens - 1) // block_size, len(request.keys))
+        distances += stack.hit_distances(request.keys, num_eligible, 1 / sample_rate)
+        stack.reference(request.keys, num_eligible, request.num_blocks > len(request.keys))
+    return np.ceil(np.asarray(distances, dtype=np.float64) - 1e-9).astype(np.int64)
+
+
+class _Stack:
+    """The LRU stack as reference times: each block's latest time holds its live marker."""
+
+    def __init__(self, size: int) -> None:
+        self.moved = MovedMarkers(size)
+        self.last_time: dict[Hashable, int] = {}
+        self.now = 0
+        # The last request that held an uncached block (its first and last reference times)
+        # and the runs of times moved since it ended.
+        self.transient_start = self.transient_end = -1
+        self.moved_since_transient: list[tuple[int, int]] = []
+
+    def live_through(self, time: int) -> int:
+        return time + 1 - self.moved.moved_through(time)
+
+    def hit_distances(
+        self, keys: Sequence[Hashable | None], num_eligible: int, scale: float
+    ) -> list[float]:
+        """Stack distances of a request's hit-eligible blocks (running maximum: hits are a
+        prefix), before the request moves anything; stops at a block never seen."""
+        live = self.live_through(self.now - 1)
+        live_at_transient_end = self.live_through(self.transient_end)
+        distances = []
+        running = 0.0
+        previous = through = -2
         for position in range(num_eligible):
             key = keys[position]
             if key is None:
-                continue
-            last = last_time.get(key)
+                continue  # not sampled
+            last = self.last_time.get(key)
             if last is None:
                 break
-            distance = live - tree.count_through(last) + 1
-            if transient_start > last:
-                depth_then = (
-                    tree.count_through(transient_end)
-                    - tree.count_through(last)
-                    + len(moved_since_transient)
-                    - bisect.bisect_right(moved_since_transient, last)
-                    + 1
-                )
-                distance = max(distance, depth_then + phantom)
+            # The block just before in time is the previous key's own live marker.
+            through = through - 1 if last == previous - 1 else self.live_through(last)
+            previous = last
+            distance = (live - through + 1) * scale
+            if self.transient_start > last:
+                depth_then = live_at_transient_end - through + self._moved_after(last) + 1
+                distance = max(distance, depth_then * scale + 1)  # + the uncached block
             running = max(running, distance)
             distances.append(running)
-        start = now
+        return distances
+
+    def _moved_after(self, time: int) -> int:
+        """Times after `time` (up to the transient's end) moved since the transient ended."""
+        return sum(
+            max(0, last - max(first, time + 1) + 1) for first, last in self.moved_since_transient
+        )
+
+    def reference(
+        self, keys: Sequence[Hashable | None], num_eligible: int, holds_uncached: bool
+    ) -> None:
+        """The request's blocks, freed last block first, become the top of the stack."""
+        start = self.now
+        moved = []
+        last_time = self.last_time
         for position in range(len(keys) - 1, -1, -1):
             key = keys[position]
             if key is None:
@@ -192,13 +257,24 @@ def _hit_distances(
             last = last_time.get(key)
             # A block past the hit limit is computed again: its old copy stays cached.
             if last is not None and position < num_eligible:
-                tree.add(last, -1)
-                if last <= transient_end:
-                    bisect.insort(moved_since_transient, last)
-            tree.add(now, 1)
-            last_time[key] = now
-            now += 1
-        if request.num_blocks > len(keys):
-            transient_start, transient_end = start, now - 1
-            moved_since_transient.clear()
-    return np.ceil(np.asarray(distances, dtype=np.float64) / sample_rate).astype(np.int64)
+                moved.append(last)
+            last_time[key] = self.now
+            self.now += 1
+        for first, last in _runs(sorted(moved)):
+            self.moved.move_range(first, last)
+            if first <= self.transient_end:
+                self.moved_since_transient.append((first, min(last, self.transient_end)))
+        if holds_uncached:
+            self.transient_start, self.transient_end = start, self.now - 1
+            self.moved_since_transient.clear()
+
+
+def _runs(times: list[int]) -> list[tuple[int, int]]:
+    """Sorted times as runs of consecutive values: (first, last) pairs."""
+    runs: list[tuple[int, int]] = []
+    for time in times:
+        if runs and runs[-1][1] == time - 1:
+            runs[-1] = (runs[-1][0], time)
+        else:
+            runs.append((time, time))
+    return runs
