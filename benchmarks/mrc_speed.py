@@ -4,7 +4,8 @@ Times, side by side in one run and on the same parsed trace (reading the file is
   curve   the block stream and the one-pass curve at every pool size at once
   replay  one sequential replay through a fresh vLLM `KVCacheManager` at one pool size, no
           hooks (the fastest replay there is; kvscope's hooks only add to it)
-vLLM is imported before timing. Rounds alternate the order; prints each median CPU time and the median ratio replay / curve.
+vLLM is imported before timing. Rounds alternate the order; prints each median CPU time and
+the median ratio replay / curve.
 With --compare, also replays at each listed pool size and prints the curve's block and token
 hit ratios beside vLLM's.
 

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import REPO, SAMPLE_RUN
 
-PAGES = ["pages/overview.py", "pages/free_blocks.py"]
+PAGES = ["pages/overview.py", "pages/free_blocks.py", "pages/advisor.py"]
 
 
 def run_page(page: str) -> AppTest:

@@ -14,6 +14,7 @@ def main() -> None:
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", default=True),
         st.Page(PAGES / "free_blocks.py", title="Free blocks"),
+        st.Page(PAGES / "advisor.py", title="Advisor"),
     ]
     st.navigation(pages).run()
 

@@ -40,7 +40,8 @@ def block_size(context: RunContext) -> list[Suggestion]:
     """Suggest the block size that hits most at the same memory, if it beats the run's."""
     sweep = block_size_sweep(context)
     current = context.block_size
-    best = max(sweep, key=lambda size: (round(sweep[size][0], 6), size == current))
+    # Ties go to the run's own block size, then to the larger one (fewer blocks to manage).
+    best = max(sweep, key=lambda size: (round(sweep[size][0], 6), size == current, size))
     gain = sweep[best][0] - sweep[current][0]
     if best == current or gain < MIN_GAIN:
         return []

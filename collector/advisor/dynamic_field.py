@@ -199,7 +199,7 @@ def _agreement_chart(requests: list[TraceRequest], found: DynamicField, label: s
     ]
     return Chart(
         kind="line",
-        title=f"`{label}`: share of requests agreeing, by token offset",
+        title=f"{label}: share of requests agreeing, by token offset",
         x_title="token offset",
         y_title="requests holding the most common token",
         series=[Series(label, list(range(last)), shares)],

@@ -48,7 +48,10 @@ def lora_split(context: RunContext) -> list[Suggestion]:
     return [
         Suggestion(
             rule="lora-split",
-            title=f"LoRA adapters split identical prefixes ({len(families)} prefix families)",
+            title=(
+                f"LoRA adapters split identical prefixes ({len(families)} prefix "
+                f"famil{'y' if len(families) == 1 else 'ies'})"
+            ),
             severity=severity_for_gain(context.share(gain)),
             evidence=[
                 f"{len(split):,} distinct blocks of identical tokens were cached under more than "

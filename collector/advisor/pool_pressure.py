@@ -126,7 +126,7 @@ def _delay_chart(delays_s: np.ndarray) -> Chart:
     counts, edges = np.histogram(delays_s, bins=min(30, max(len(delays_s) // 5, 1)))
     return Chart(
         kind="bar",
-        title="Evicted, then stored again: time in between",
+        title="Evicted, then stored again: delay",
         x_title="seconds from eviction to re-store",
         y_title="blocks",
         series=[
@@ -144,7 +144,7 @@ def _distance_chart(context: RunContext) -> Chart:
     hits = np.array([curve.hits_at(int(edge)) for edge in edges])
     return Chart(
         kind="bar",
-        title="Reuse-distance distribution (block reuses by stack distance)",
+        title="Reuse distances of block reuses",
         x_title="reuse distance (blocks)",
         y_title="block reuses",
         series=[Series("reuses", edges[1:].tolist(), np.diff(hits).tolist())],

@@ -142,7 +142,7 @@ def _uses_chart(context: RunContext, uses: pd.DataFrame, label: str) -> Chart:
         series.append(Series(name, times, [1.0 if kind == "hit" else 0.0] * len(times)))
     return Chart(
         kind="scatter",
-        title=f"`{label}` prefix: uses over time (1 = hit, 0 = recomputed)",
+        title=f"{label} prefix: uses over time (1 = hit, 0 = recomputed)",
         x_title="time (s)",
         y_title="hit",
         series=series,

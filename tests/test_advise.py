@@ -1,0 +1,83 @@
+"""`kvscope advise` on the committed sample run: the dynamic-timestamp family and the cache
+size the sweep recommends, with numbers; Markdown and JSON agree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from collector.advisor.cache_size import TARGET_FRACTION
+from collector.block_stream import run_block_stream
+from collector.cli import main
+from collector.mrc import miss_ratio_curve
+from tests.conftest import SAMPLE_RUN
+
+
+@pytest.fixture(scope="module")
+def advice_json() -> dict:
+    import contextlib
+    import io
+
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        assert main(["advise", str(SAMPLE_RUN), "--json"]) == 0
+    return json.loads(output.getvalue())
+
+
+def by_rule(document: dict, rule: str) -> dict:
+    (suggestion,) = [entry for entry in document["suggestions"] if entry["rule"] == rule]
+    return suggestion
+
+
+def test_names_the_dynamic_timestamp_family(advice_json: dict) -> None:
+    field = by_rule(advice_json, "dynamic-field")
+    # The sample's report-* prompts: an 8-token header, a 10-token timestamp, 600 tokens.
+    assert field["figures"]["family"] == "report-*"
+    assert field["figures"]["field_start"] == 8
+    assert field["figures"]["field_tokens"] == 10
+    assert field["figures"]["agreement_tokens"] == 600
+    assert field["figures"]["requests"] == 60
+    assert field["gain_tokens"] > 0
+    assert field["action"].startswith("prompt change: move the 10-token field at token 8")
+
+
+def test_recommends_the_cache_size_of_the_curve(advice_json: dict) -> None:
+    size = by_rule(advice_json, "cache-size")
+    recommended = size["figures"]["recommended_num_blocks"]
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        block_size, stream = run_block_stream(connection)
+    curve = miss_ratio_curve(stream, block_size)
+    target = TARGET_FRACTION * curve.token_hit_ratio(1 << 30)
+    assert curve.token_hit_ratio(recommended) >= target > curve.token_hit_ratio(recommended - 1)
+    assert recommended > advice_json["run_config"]["num_blocks"] == 1_200
+    assert size["figures"]["recommended_token_hit_ratio"] == curve.token_hit_ratio(recommended)
+    assert size["action"] == f"`--num-gpu-blocks-override {recommended}`"
+
+
+def test_markdown_says_the_same_with_numbers(
+    advice_json: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["advise", str(SAMPLE_RUN)]) == 0
+    markdown = capsys.readouterr().out
+    size = by_rule(advice_json, "cache-size")["figures"]
+    assert f"Grow the KV cache to {size['recommended_num_blocks']:,} blocks" in markdown
+    assert f"{size['recommended_token_hit_ratio']:.1%}" in markdown
+    assert "+8 GiB of KV cache (+4,096 blocks)" in markdown
+    assert "`report-*` prompts carry a dynamic field at token 8" in markdown
+    assert "differ for 10 tokens (8-17" in markdown
+    assert "agree again for 600 tokens" in markdown
+    titles = [line for line in markdown.splitlines() if line.startswith("## ")]
+    ranked = [entry["title"] for entry in advice_json["suggestions"]]
+    assert titles == [f"## {rank}. {title}" for rank, title in enumerate(ranked, 1)] + ["## Checks"]
+
+
+def test_a_file_that_is_not_a_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bogus = tmp_path / "bogus.duckdb"
+    bogus.write_text("no")
+    assert main(["advise", str(bogus)]) == 2
+    assert f"{bogus}: cannot open as a DuckDB run file" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""The Advisor page on the sample run: the same suggestions as `kvscope advise`, their charts,
+the what-if curves, and assumptions the user can change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import plotly.graph_objects as go
+from streamlit.testing.v1 import AppTest
+
+from collector.advisor import RunContext, advise
+from collector.kv_memory import MODELS, gib_for_blocks
+from tests.conftest import REPO, SAMPLE_RUN
+from visualizer.advisor_charts import chart_figure
+
+
+def advisor_page() -> AppTest:
+    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=120)
+    app.session_state["run_path"] = str(SAMPLE_RUN)
+    app.run()
+    app.switch_page("pages/advisor.py")
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+def test_page_shows_the_advise_suggestions_in_rank_order() -> None:
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        advice = advise(RunContext(connection, SAMPLE_RUN))
+    app = advisor_page()
+    headings = [element.value for element in app.subheader]
+    expected = [f"{rank}. {entry.title}" for rank, entry in enumerate(advice.suggestions, 1)]
+    assert headings == [*expected, "Checks"]
+    assert app.metric[0].value == str(len(advice.suggestions))
+    charts = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+    assert len(charts) == 1 + sum(len(entry.charts) for entry in advice.suggestions)
+    curves = charts[0]
+    assert curves["layout"]["title"]["text"].startswith("What-if")
+    names = [trace["name"] for trace in curves["data"]]
+    assert names[0] == "block size 16 (this run)"
+    assert "block size 32" in names  # the sample recorded its prompts: other block sizes too
+
+
+def test_changing_the_model_changes_the_memory_figures() -> None:
+    app = advisor_page()
+    size_title = app.subheader[0].value
+    assert size_title.startswith("1. Grow the KV cache to ")
+    blocks = int(size_title.split(" to ")[1].split(" blocks")[0].replace(",", ""))
+    app.selectbox(key="advisor_model").set_value("llama-3.1-70b").run()
+    assert not app.exception
+    extra = gib_for_blocks(MODELS["llama-3.1-70b"], 16, blocks - 1_200)
+    assert app.subheader[0].value == f"1. Grow the KV cache to {blocks:,} blocks (+{extra:.1f} GiB)"
+
+
+def test_a_folder_without_a_sweep_is_reported(tmp_path: Path) -> None:
+    app = advisor_page()
+    app.text_input(key="advisor_whatif").set_value(str(tmp_path)).run()
+    assert f"{tmp_path}: no whatif.json there" in app.error[0].value
+    assert app.subheader[0].value.startswith("1. ")
+
+
+def test_chart_figures_are_built_from_the_advisors_chart_data() -> None:
+    line = {
+        "kind": "line",
+        "title": "curve",
+        "x_title": "blocks",
+        "y_title": "token hit ratio",
+        "series": [
+            {"name": "one-pass curve", "x": [1, 2, 3], "y": [0.1, 0.2, 0.3]},
+            {"name": "what-if replays", "x": [2], "y": [0.21]},
+        ],
+        "markers": {"current": 2, "recommended": 3},
+    }
+    figure = chart_figure(line)
+    assert isinstance(figure, go.Figure)
+    assert [trace.mode for trace in figure.data] == ["lines", "markers"]
+    assert [shape.x0 for shape in figure.layout.shapes] == [2, 3]
+    assert list(figure.layout.yaxis.range) == [0, 1]
+    bar = {**line, "kind": "bar", "y_title": "blocks", "markers": {}}
+    assert [trace.type for trace in chart_figure(bar).data] == ["bar", "bar"]

@@ -1,0 +1,384 @@
+"""Each advisor rule fires on a small trace made to trigger it and stays silent on its control."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from collector.advisor import RULES, RunContext, Suggestion, advise
+from collector.advisor.suggestion import SEVERITIES
+from collector.store import RunConfig, RunStore
+from engine_hooks.events import Arrive
+from tests.helpers import tiny_run
+
+Rows = list[dict[str, Any]]
+
+
+def tokens(seed: int, count: int) -> list[int]:
+    generator = random.Random(seed)
+    return [generator.randrange(1_000, 30_000) for _ in range(count)]
+
+
+def judge(run: Path, rule: str) -> tuple[str, list[Suggestion], str]:
+    """What one rule says about a run: its status, its suggestions, its detail."""
+    chosen = tuple(entry for entry in RULES if entry[0] == rule)
+    with duckdb.connect(str(run), read_only=True) as connection:
+        advice = advise(RunContext(connection, run), chosen)
+    (check,) = advice.checks
+    for suggestion in advice.suggestions:
+        assert suggestion.severity in SEVERITIES
+        assert suggestion.evidence and suggestion.effect and suggestion.action
+    return check.status, advice.suggestions, check.detail
+
+
+def run_of(tmp_path: Path, name: str, rows: Rows, **options: Any) -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    return tiny_run(directory, rows, **options)
+
+
+# -- pool pressure ---------------------------------------------------------------------
+
+
+def burst_rows() -> Rows:
+    """Twelve long-decoding requests at once: the running requests hold most blocks."""
+    return [
+        {
+            "request_id": f"r{index}",
+            "timestamp": 0,
+            "token_ids": tokens(index, 12),
+            "output_length": 60,
+        }
+        for index in range(12)
+    ]
+
+
+def test_low_free_blocks(tmp_path: Path) -> None:
+    options = {"timing": "timestamps", "max_num_seqs": 8}
+    tight = run_of(tmp_path, "tight", burst_rows(), num_blocks=40, **options)
+    status, (suggestion,), _ = judge(tight, "low-free-blocks")
+    assert status == "fired"
+    assert suggestion.figures["share_under_alarm"] >= 0.05
+    assert "--num-gpu-blocks-override" in suggestion.action
+    assert "--max-num-seqs 4" in suggestion.action
+    roomy = run_of(tmp_path, "roomy", burst_rows(), num_blocks=400, **options)
+    assert judge(roomy, "low-free-blocks")[0] == "silent"
+
+
+def cyclic_rows(num_prompts: int, rounds: int) -> Rows:
+    """Prompts of 9 tokens (two full blocks of 4) sent round-robin, one at a time."""
+    prompts = [tokens(100 + number, 9) for number in range(num_prompts)]
+    return [
+        {
+            "request_id": f"r{index}",
+            "timestamp": index,
+            "token_ids": prompts[index % num_prompts],
+            "output_length": 0,
+        }
+        for index in range(num_prompts * rounds)
+    ]
+
+
+def test_eviction_regret(tmp_path: Path) -> None:
+    # Four prompts of three blocks each cycle through six usable blocks: LRU keeps nothing.
+    thrashing = run_of(tmp_path, "thrashing", cyclic_rows(4, 8), num_blocks=7)
+    status, (suggestion,), _ = judge(thrashing, "eviction-regret")
+    assert status == "fired"
+    assert suggestion.figures["regret_ratio"] > 0.9
+    assert "median" in suggestion.evidence[1]
+    assert [chart.kind for chart in suggestion.charts] == ["bar", "bar"]
+    # The same number of evictions, but every prompt is new: nothing comes back.
+    unique = run_of(tmp_path, "unique", cyclic_rows(32, 1), num_blocks=7)
+    assert judge(unique, "eviction-regret")[0] == "silent"
+
+
+def test_cache_size(tmp_path: Path) -> None:
+    thrashing = run_of(tmp_path, "thrashing", cyclic_rows(4, 8), num_blocks=7)
+    status, (grow,), _ = judge(thrashing, "cache-size")
+    assert status == "fired"
+    # Four prompts of two cacheable blocks, plus room for the running request's partial one.
+    assert grow.figures["recommended_num_blocks"] == 10
+    assert grow.action == "`--num-gpu-blocks-override 10`"
+    assert grow.figures["recommended_token_hit_ratio"] > grow.figures["current_token_hit_ratio"]
+    oversized = run_of(tmp_path, "oversized", cyclic_rows(4, 8), num_blocks=200)
+    status, (shrink,), _ = judge(oversized, "cache-size")
+    assert (status, shrink.severity, shrink.action) == (
+        "fired",
+        "low",
+        "`--num-gpu-blocks-override 10`",
+    )
+    no_reuse = run_of(tmp_path, "no_reuse", cyclic_rows(32, 1), num_blocks=6)
+    assert judge(no_reuse, "cache-size")[0] == "silent"
+
+
+# -- block size ------------------------------------------------------------------------
+
+
+def family_rows(prefix_tokens: int) -> Rows:
+    """Eight prefix families of `prefix_tokens` tokens, five requests each, unique tails."""
+    prefixes = [tokens(200 + family, prefix_tokens) for family in range(8)]
+    return [
+        {
+            "request_id": f"r{index}",
+            "timestamp": index,
+            "token_ids": prefixes[index % 8] + tokens(300 + index, 20),
+            "output_length": 1,
+        }
+        for index in range(40)
+    ]
+
+
+def test_block_size(tmp_path: Path) -> None:
+    options = {"block_size": 32, "num_blocks": 200, "record_token_ids": True}
+    # 48 shared tokens: block size 32 reuses 32 of them, 16 (or 8) all 48.
+    boundary = run_of(tmp_path, "boundary", family_rows(48), **options)
+    status, (suggestion,), _ = judge(boundary, "block-size")
+    assert status == "fired"
+    assert suggestion.figures["recommended_block_size"] == 16
+    assert suggestion.action.startswith("`--block-size 16` (with `--num-gpu-blocks-override 399`")
+    assert suggestion.figures["boundary_loss"] > 0.1
+    aligned = run_of(tmp_path, "aligned", family_rows(64), **options)
+    assert judge(aligned, "block-size")[0] == "silent"
+    without_tokens = run_of(tmp_path, "without_tokens", family_rows(48), block_size=32)
+    status, _, detail = judge(without_tokens, "block-size")
+    assert status == "skipped"
+    assert "--record-token-ids" in detail
+
+
+# -- dynamic field ---------------------------------------------------------------------
+
+
+def report_rows(stamped: bool) -> Rows:
+    header, body = tokens(400, 8), tokens(401, 100)
+    return [
+        {
+            "request_id": f"report-{index}",
+            "timestamp": index,
+            "token_ids": header
+            + (tokens(500 + index, 10) if stamped else [])
+            + body
+            + tokens(600 + index, 5),
+            "output_length": 2,
+        }
+        for index in range(12)
+    ]
+
+
+def test_dynamic_field(tmp_path: Path) -> None:
+    options = {"num_blocks": 400, "record_token_ids": True}
+    stamped = run_of(tmp_path, "stamped", report_rows(stamped=True), **options)
+    status, (suggestion,), _ = judge(stamped, "dynamic-field")
+    assert status == "fired"
+    assert suggestion.figures == {
+        "family": "report-*",
+        "requests": 12,
+        "field_start": 8,
+        "field_tokens": 10,
+        "agreement_tokens": 100,
+        "tokens_per_request": 100,  # blocks 2..26 (tokens 8-107) reused as well
+    }
+    assert "differ for 10 tokens (8-17" in suggestion.evidence[0]
+    assert suggestion.gain_tokens > 0
+    plain = run_of(tmp_path, "plain", report_rows(stamped=False), **options)
+    assert judge(plain, "dynamic-field")[0] == "silent"
+    unrecorded = run_of(tmp_path, "unrecorded", report_rows(stamped=True), num_blocks=400)
+    status, _, detail = judge(unrecorded, "dynamic-field")
+    assert status == "skipped"
+    assert "token ids" in detail
+
+
+def test_dynamic_field_ignores_chats_that_never_agree_again(tmp_path: Path) -> None:
+    system = tokens(700, 40)
+    rows = [
+        {
+            "request_id": f"chat-{index}",
+            "timestamp": index,
+            "token_ids": system + tokens(800 + index, 60),
+            "output_length": 1,
+        }
+        for index in range(12)
+    ]
+    run = run_of(tmp_path, "chats", rows, num_blocks=400, record_token_ids=True)
+    assert judge(run, "dynamic-field")[0] == "silent"
+
+
+# -- tenants, salts, hash algorithm, adapters --------------------------------------------
+
+
+def tenant_rows(salt_of: Any, lora_of: Any = lambda index: None) -> Rows:
+    prompt = tokens(900, 20)
+    rows = []
+    for index in range(10):
+        row = {
+            "request_id": f"r{index}",
+            "timestamp": index,
+            "token_ids": prompt + tokens(1_000 + index, 3),
+            "output_length": 1,
+            "tenant": "alpha" if index % 2 else "beta",
+        }
+        for field, value in (("cache_salt", salt_of(index)), ("lora", lora_of(index))):
+            if value is not None:
+                row[field] = value
+        rows.append(row)
+    return rows
+
+
+def test_per_request_salt(tmp_path: Path) -> None:
+    options = {"num_blocks": 100, "record_token_ids": True, "reveal_tenants": True}
+    per_request = run_of(
+        tmp_path, "per_request", tenant_rows(lambda index: f"salt-{index}"), **options
+    )
+    status, (suggestion,), _ = judge(per_request, "per-request-salt")
+    assert status == "fired"
+    assert suggestion.figures == {"salted_requests": 10, "salts": 10, "single_use": 10}
+    assert suggestion.gain_tokens > 0  # one salt per tenant brings reuse back
+    per_tenant = run_of(
+        tmp_path, "per_tenant", tenant_rows(lambda index: f"tenant-{index % 2}"), **options
+    )
+    assert judge(per_tenant, "per-request-salt")[0] == "silent"
+
+
+def test_cross_tenant_sharing(tmp_path: Path) -> None:
+    options = {"num_blocks": 100, "reveal_tenants": True}
+    unsalted = run_of(tmp_path, "unsalted", tenant_rows(lambda index: None), **options)
+    status, (suggestion,), _ = judge(unsalted, "cross-tenant-sharing")
+    assert status == "fired"
+    assert suggestion.severity == "high"
+    # beta stored the 5 shared blocks first; alpha's five requests each hit all of them.
+    assert suggestion.figures["cross_tenant_block_hits"] == 5 * 5
+    assert "cache_salt" in suggestion.action
+    per_tenant = run_of(
+        tmp_path, "per_tenant", tenant_rows(lambda index: f"tenant-{index % 2}"), **options
+    )
+    assert judge(per_tenant, "cross-tenant-sharing")[0] == "silent"
+
+
+def engine_run(path: Path, hash_algo: str, tenants: list[str]) -> Path:
+    """A run file as a live engine records it (its hash algorithm is the engine's setting)."""
+    config = RunConfig(
+        source="engine", block_size=16, num_blocks=1_000, hash_algo=hash_algo, vllm_version="0.33.0"
+    )
+    store = RunStore.create(path, config)
+    store.append(
+        [
+            Arrive(index, index * 1_000, f"r{index}", 32, tenant=tenant)
+            for index, tenant in enumerate(tenants)
+        ]
+    )
+    store.finalize()
+    store.close()
+    return path
+
+
+def test_hash_algorithm(tmp_path: Path) -> None:
+    status, (suggestion,), _ = judge(
+        engine_run(tmp_path / "xxhash.duckdb", "xxhash", ["alpha", "beta"]), "hash-algorithm"
+    )
+    assert status == "fired"
+    assert suggestion.action == "`--prefix-caching-hash-algo sha256`"
+    alone = engine_run(tmp_path / "alone.duckdb", "xxhash_cbor", ["alpha", "alpha"])
+    assert judge(alone, "hash-algorithm")[0] == "silent"
+    secure = engine_run(tmp_path / "secure.duckdb", "sha256", ["alpha", "beta"])
+    assert judge(secure, "hash-algorithm")[0] == "silent"
+
+
+def test_lora_split(tmp_path: Path) -> None:
+    options = {"num_blocks": 100, "record_token_ids": True}
+    mixed = run_of(
+        tmp_path,
+        "mixed",
+        tenant_rows(lambda index: None, lambda index: "sql" if index % 2 else None),
+        **options,
+    )
+    status, (suggestion,), _ = judge(mixed, "lora-split")
+    assert status == "fired"
+    assert suggestion.figures == {"split_blocks": 5, "duplicate_blocks": 5}
+    assert suggestion.gain_tokens == 5 * 4  # the base model's first request would have hit
+    one_adapter = run_of(
+        tmp_path, "one_adapter", tenant_rows(lambda index: None, lambda index: "sql"), **options
+    )
+    assert judge(one_adapter, "lora-split")[0] == "silent"
+
+
+# -- warming ---------------------------------------------------------------------------
+
+
+def bursty_rows() -> Rows:
+    """Three bursts of six requests on one 8-token prefix, two seconds apart, with other
+    traffic in between."""
+    prefix = tokens(1_100, 8)
+    rows = []
+    for burst in range(3):
+        start = burst * 2_000
+        for index in range(6):
+            rows.append(
+                {
+                    "request_id": f"hot-{burst}-{index}",
+                    "timestamp": start + index * 10,
+                    "token_ids": prefix + tokens(1_200 + burst * 10 + index, 5),
+                    "output_length": 1,
+                }
+            )
+        for index in range(6):
+            rows.append(
+                {
+                    "request_id": f"other-{burst}-{index}",
+                    "timestamp": start + 500 + index * 100,
+                    "token_ids": tokens(1_300 + burst * 10 + index, 13),
+                    "output_length": 1,
+                }
+            )
+    return rows
+
+
+def test_warm_prefix(tmp_path: Path) -> None:
+    small = run_of(tmp_path, "small", bursty_rows(), num_blocks=13)
+    status, (suggestion,), _ = judge(small, "warm-prefix")
+    assert status == "fired"
+    assert suggestion.figures["idle_misses"] == 2
+    assert suggestion.figures["prefix_tokens"] == 8
+    assert "max_tokens=1" in suggestion.action
+    assert "hot-*" in suggestion.title
+    large = run_of(tmp_path, "large", bursty_rows(), num_blocks=400)
+    assert judge(large, "warm-prefix")[0] == "silent"
+
+
+def test_every_rule_has_a_test_here() -> None:
+    tested = {
+        "low-free-blocks",
+        "eviction-regret",
+        "cache-size",
+        "block-size",
+        "dynamic-field",
+        "per-request-salt",
+        "cross-tenant-sharing",
+        "hash-algorithm",
+        "lora-split",
+        "warm-prefix",
+    }
+    assert {name for name, _ in RULES} == tested
+
+
+def test_ranking_puts_severity_first_then_tokens_gained() -> None:
+    from collector.advisor.ranking import rank
+
+    def suggestion(title: str, severity: str, gain_tokens: float) -> Suggestion:
+        return Suggestion("rule", title, severity, ["evidence"], "effect", "action", gain_tokens)
+
+    ranked = rank(
+        [
+            suggestion("low, huge gain", "low", 1e9),
+            suggestion("medium, small gain", "medium", 5.0),
+            suggestion("high", "high", 1.0),
+            suggestion("medium, big gain", "medium", 50.0),
+        ]
+    )
+    assert [entry.title for entry in ranked] == [
+        "high",
+        "medium, big gain",
+        "medium, small gain",
+        "low, huge gain",
+    ]

@@ -1,0 +1,141 @@
+"""`kvscope whatif`: parallel replays through vLLM into run files the app reads like any run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from collector.advisor import RunContext
+from collector.advisor.cache_size import recommend_size
+from collector.block_manager import CacheSettings
+from collector.cli import main
+from collector.kv_memory import MODELS
+from collector.replay import ReplayOptions
+from collector.store import RunStore
+from collector.summary import run_summary
+from collector.whatif import Source, SweepPoint, read_results, run_sweep, write_results
+from tests.conftest import SECRET
+from tests.helpers import tiny_run
+
+SYSTEM = list(range(100, 124))  # 24 shared tokens: 6 blocks of 4, 3 of 8
+
+
+def chat_rows() -> list[dict[str, object]]:
+    """Two-turn chats on a shared system prompt; the second turns (all after the first turns)
+    quote the first answer."""
+    rows: list[dict[str, object]] = []
+    for chat in range(6):
+        question = [1_000 + chat * 10 + offset for offset in range(6)]
+        answer = [2_000 + chat * 10 + offset for offset in range(9)]
+        first = SYSTEM + question
+        rows.append(
+            {
+                "request_id": f"chat-{chat}-turn-0",
+                "timestamp": chat * 10,
+                "token_ids": first,
+                "output_length": len(answer),
+                "output_token_ids": answer,
+                "tenant": "acme",
+            }
+        )
+        rows.append(
+            {
+                "request_id": f"chat-{chat}-turn-1",
+                "timestamp": 100 + chat * 10,
+                "token_ids": [*first, *answer, 3_000 + chat],
+                "output_length": 3,
+                "tenant": "acme",
+            }
+        )
+    return sorted(rows, key=lambda row: row["timestamp"])  # type: ignore[arg-type, return-value]
+
+
+def test_whatif_on_a_trace_writes_comparable_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
+    out = tmp_path / "sweep"
+    argv = ["whatif", str(trace), "--out", str(out), "--block-size", "4,8", "--kv-gib", "0.01"]
+    argv += ["--model", "llama-3.1-8b", "--num-layers", "1", "--jobs", "2", "--quiet", "--json"]
+    assert main(argv) == 0
+    results = json.loads(capsys.readouterr().out)
+    # 0.01 GiB at 4 KiB per token (1 layer): 2,621 tokens = 655 blocks of 4, 327 of 8.
+    assert [(row["block_size"], row["num_blocks"]) for row in results] == [(4, 655), (8, 327)]
+    assert read_results(out)["results"] == results
+    for row in results:
+        store = RunStore.open(out / row["run"])
+        try:
+            summary = run_summary(store.connection)
+        finally:
+            store.close()
+        assert summary["token_hit_ratio"] == row["token_hit_ratio"]
+        assert summary["block_size"] == row["block_size"]
+        assert summary["requests"] == 12
+    # Block size 8 loses the tail of the shared prompt and of the quoted answer.
+    assert results[0]["hit_tokens"] > results[1]["hit_tokens"] > 0
+
+
+def test_whatif_on_a_run_replays_its_recorded_requests(tmp_path: Path) -> None:
+    run = tiny_run(tmp_path, chat_rows(), num_blocks=14, record_token_ids=True)
+    with duckdb.connect(str(run), read_only=True) as connection:
+        original = run_summary(connection)
+    options = ReplayOptions(settings=CacheSettings(4, 14), reveal_tenants=True)
+    points = [SweepPoint(4, 14, 1), SweepPoint(4, 400, 1)]
+    results = run_sweep(Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1)
+    same, larger = results
+    # The same settings give the same run: the quoted answers come back from stored blocks.
+    assert same["hit_tokens"] == original["hit_tokens"]
+    assert same["evictions"] == original["evictions"] > 0
+    assert larger["hit_tokens"] > same["hit_tokens"]
+    # advise --whatif takes the cache size from these replays instead of the curve.
+    write_results(tmp_path / "sweep", Source(run), options, MODELS["llama-3.1-8b"], results)
+    with duckdb.connect(str(run), read_only=True) as connection:
+        context = RunContext(connection, run, whatif=read_results(tmp_path / "sweep"))
+        recommendation = recommend_size(context)
+    assert recommendation.source == "what-if replays through vLLM (2 pool sizes)"
+    assert recommendation.num_blocks == 400
+    assert recommendation.ratio == larger["token_hit_ratio"]
+
+
+def test_a_run_without_token_ids_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tiny_run(tmp_path, chat_rows(), num_blocks=40)
+    out = tmp_path / "sweep"
+    assert main(["whatif", str(run), "--out", str(out), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert f"{run}: the run holds no prompt token ids" in error
+    assert "--record-token-ids" in error
+    assert not out.exists()
+
+
+def test_a_pool_too_small_for_a_request_is_refused_before_any_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
+    out = tmp_path / "sweep"
+    argv = ["whatif", str(trace), "--out", str(out), "--block-size", "4", "--num-blocks", "8,40"]
+    assert main([*argv, "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert f"{trace}:7: request chat-0-turn-1 needs 12 blocks of 4 tokens" in error
+    assert not out.exists()
+
+
+def test_existing_runs_are_not_overwritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
+    out = tmp_path / "sweep"
+    out.mkdir()
+    taken = out / SweepPoint(16, 20_000, 256).run_name
+    taken.write_text("not a run")
+    assert main(["whatif", str(trace), "--out", str(out), "--quiet"]) == 2
+    assert f"{taken}: already exists" in capsys.readouterr().err
+    assert taken.read_text() == "not a run"
+    assert sorted(path.name for path in out.iterdir()) == [taken.name]

@@ -1,0 +1,49 @@
+"""Chart builders for the Advisor page: pure functions from the advisor's chart data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from visualizer.charts import LAYOUT
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+
+
+def chart_figure(chart: dict[str, Any]) -> go.Figure:
+    """A suggestion's chart (line, bar or scatter) as the advisor described it."""
+    figure = go.Figure()
+    for number, series in enumerate(chart["series"]):
+        color = PALETTE[number % len(PALETTE)]
+        if chart["kind"] == "bar":
+            figure.add_bar(x=series["x"], y=series["y"], name=series["name"], marker_color=color)
+        else:
+            replays = series["name"].startswith("what-if replays")
+            mode = "markers" if chart["kind"] == "scatter" or replays else "lines"
+            figure.add_scatter(
+                x=series["x"],
+                y=series["y"],
+                name=series["name"],
+                mode=mode,
+                line={"color": color},
+                marker={"color": color, "size": 9 if replays else 6},
+            )
+    for number, (label, x) in enumerate(chart["markers"].items()):
+        figure.add_vline(
+            x=x,
+            line={"dash": "dash", "color": "#7f7f7f"},
+            annotation_text=label,
+            annotation_position="top right" if number % 2 else "top left",
+        )
+    yaxis: dict[str, Any] = {"title": chart["y_title"]}
+    if chart["y_title"] == "token hit ratio":
+        yaxis.update(range=[0, 1], tickformat=".0%")
+    figure.update_layout(
+        title=chart["title"],
+        xaxis_title=chart["x_title"],
+        yaxis=yaxis,
+        barmode="group",
+        **LAYOUT,
+    )
+    return figure

@@ -1,0 +1,117 @@
+"""Advisor: ranked suggestions with their evidence, predicted effect, exact setting and charts,
+and the what-if curves (hit ratio against KV cache memory, per block size)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from visualizer.advisor_charts import chart_figure
+from visualizer.run_source import connect, current_run
+
+
+@st.cache_data(max_entries=8, show_spinner="Running the advisor's rules ...")
+def _advice(
+    path: str, modified_ns: int, spec: dict[str, Any], gpu: tuple[float, float] | None, whatif: str
+) -> dict[str, Any]:
+    """The advice document and the what-if curves for one run and one set of assumptions."""
+    from collector.advisor import RunContext, advise
+    from collector.advisor.curves import whatif_curves
+    from collector.advisor.report import to_document
+    from collector.kv_memory import GpuMemory, KVSpec
+    from collector.whatif import read_results
+
+    del modified_ns  # part of the cache key: a rewritten run is advised afresh
+    context = RunContext(
+        connect(Path(path)),
+        Path(path),
+        KVSpec(**spec),
+        GpuMemory(*gpu) if gpu else None,
+        read_results(Path(whatif)) if whatif else None,
+    )
+    return {
+        "document": to_document(advise(context), context),
+        "curves": asdict(whatif_curves(context)),
+    }
+
+
+def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
+    """The KV spec, GPU and what-if folder the figures assume; the user can change each."""
+    from collector.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+
+    with st.expander("Assumptions: model KV spec, GPU, what-if sweep", expanded=False):
+        first, second, third = st.columns(3)
+        model = first.selectbox(
+            "Model (KV spec)",
+            sorted(MODELS),
+            index=sorted(MODELS).index(DEFAULT_MODEL),
+            key="advisor_model",
+        )
+        dtype = second.selectbox(
+            "KV cache dtype",
+            sorted(DTYPE_BYTES),
+            index=sorted(DTYPE_BYTES).index("bfloat16"),
+            key="advisor_dtype",
+        )
+        parallel = third.number_input("Tensor parallel size", 1, 64, 1, key="advisor_tp")
+        gpu_gib = first.number_input(
+            "GPU memory, GiB (0: unknown)", 0.0, 1024.0, 0.0, key="advisor_gpu_gib"
+        )
+        utilization = second.number_input(
+            "Current --gpu-memory-utilization", 0.05, 1.0, 0.9, key="advisor_gpu_util"
+        )
+        whatif = third.text_input(
+            "What-if sweep folder (kvscope whatif --out)", "", key="advisor_whatif"
+        )
+    spec = {**asdict(MODELS[model]), "dtype": dtype, "tensor_parallel_size": int(parallel)}
+    gpu = (float(gpu_gib), float(utilization)) if gpu_gib > 0 else None
+    return spec, gpu, whatif.strip()
+
+
+def render() -> None:
+    path = current_run()
+    st.title("Advisor")
+    spec, gpu, whatif = _assumptions()
+    if whatif and not (Path(whatif) / "whatif.json").is_file():
+        st.error(f"{whatif}: no whatif.json there; run `kvscope whatif ... --out {whatif}` first")
+        whatif = ""
+    result = _advice(str(path), path.stat().st_mtime_ns, spec, gpu, whatif)
+    document = result["document"]
+    suggestions = document["suggestions"]
+    st.caption(
+        f"{path.name}: block size {document['run_config']['block_size']}, "
+        f"{document['run_config']['num_blocks']:,} blocks; token hit ratio "
+        f"{document['token_hit_ratio']:.1%}. Predictions come from one-pass LRU curves (one "
+        "request at a time) unless a what-if sweep is given; memory assumes "
+        f"{spec['name']} with a {spec['dtype']} KV cache."
+    )
+    first, second, third = st.columns(3)
+    first.metric("Suggestions", len(suggestions))
+    second.metric("High severity", sum(entry["severity"] == "high" for entry in suggestions))
+    gain = max((entry["gain_tokens"] for entry in suggestions), default=0.0)
+    third.metric("Largest predicted gain", f"{gain:,.0f} tokens")
+    st.plotly_chart(chart_figure(result["curves"]), key="advisor_whatif_curves")
+    for entry in suggestions:
+        _suggestion(entry)
+    st.subheader("Checks")
+    st.dataframe(document["checks"], hide_index=True, key="advisor_checks")
+
+
+def _suggestion(entry: dict[str, Any]) -> None:
+    st.subheader(f"{entry['rank']}. {entry['title']}")
+    st.caption(f"{entry['severity']} · rule `{entry['rule']}`")
+    st.markdown("**Evidence**\n" + "".join(f"\n- {line}" for line in entry["evidence"]))
+    st.markdown(f"**Predicted effect**: {entry['effect']}")
+    st.markdown(f"**Do this**: {entry['action']}")
+    columns = st.columns(max(len(entry["charts"]), 1))
+    for number, chart in enumerate(entry["charts"]):
+        columns[number].plotly_chart(
+            chart_figure(chart), key=f"advisor_{entry['rank']}_chart_{number}"
+        )
+
+
+if __name__ == "__main__":
+    render()
