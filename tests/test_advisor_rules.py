@@ -338,10 +338,13 @@ def test_warm_prefix(tmp_path: Path) -> None:
     small = run_of(tmp_path, "small", bursty_rows(), num_blocks=13)
     status, (suggestion,), _ = judge(small, "warm-prefix")
     assert status == "fired"
-    assert suggestion.figures["idle_misses"] == 2
-    assert suggestion.figures["prefix_tokens"] == 8
-    assert "max_tokens=1" in suggestion.action
-    assert "hot-*" in suggestion.title
+    (prefix,) = suggestion.figures["prefixes"]
+    assert (prefix["label"], prefix["idle_misses"], prefix["prefix_tokens"]) == ("hot-*", 2, 8)
+    assert "`hot-*`: 18 requests start with this 8-token prefix" in suggestion.evidence[0]
+    assert suggestion.action.startswith(
+        f"while no request with prefix {prefix['block_hash']:#018x} (`hot-*`) arrives, "
+        "send its first 8 tokens with `max_tokens=1` every"
+    )
     large = run_of(tmp_path, "large", bursty_rows(), num_blocks=400)
     assert judge(large, "warm-prefix")[0] == "silent"
 

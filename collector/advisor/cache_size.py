@@ -148,13 +148,11 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
     lines = [
         f"at the run's {current:,} blocks ({gib_for_blocks(spec, block_size, current):.1f} GiB) "
         f"the token hit ratio is {recommendation.current_ratio:.1%}; an unlimited cache would "
-        f"give {recommendation.top_ratio:.1%} (the {recommendation.source})",
+        f"give {recommendation.top_ratio:.1%}; source: {recommendation.source}",
         f"{recommendation.num_blocks:,} blocks reach {recommendation.ratio:.1%}, "
         f"{TARGET_FRACTION:.0%} of what an unlimited cache gives",
         f"the run itself measured {context.summary['token_hit_ratio']:.1%} "
-        f"(timing {context.config['timing'] or 'live'}, up to "
-        f"{context.config['max_num_seqs'] or '?'} requests at once); the curve models one "
-        "request at a time",
+        f"({_concurrency(context)}); the curve models one request at a time",
     ]
     for gib in MEMORY_STEPS_GIB:
         extra = blocks_for_gib(spec, block_size, gib)
@@ -164,6 +162,13 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
             f"({(ratio - curve.token_hit_ratio(current)) * 100:+.1f} points)"
         )
     return lines
+
+
+def _concurrency(context: RunContext) -> str:
+    seqs = context.config["max_num_seqs"]
+    if seqs == 1:
+        return "one request at a time"
+    return f"{context.config['timing'] or 'live'} timing, up to {seqs or '?'} requests at once"
 
 
 def curve_chart(context: RunContext, recommended: int) -> Chart:

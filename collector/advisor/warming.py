@@ -22,6 +22,8 @@ from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for
 MIN_HITS = 5
 MIN_IDLE_MISSES = 2
 IDLE_FACTOR = 4.0  # a miss after a gap this many times the prefix's usual gap between uses
+MIN_SHARE = 0.001  # of the run's prompt tokens recomputed after idle spells, per prefix
+SHOWN = 5
 
 
 @dataclass(frozen=True)
@@ -71,53 +73,93 @@ def hot_prefixes_missing_after_idle(references: pd.DataFrame) -> list[HotPrefix]
 
 
 def warming(context: RunContext) -> list[Suggestion]:
-    """One suggestion per hot prefix that misses after idle spells."""
+    """One suggestion for the hot prefixes whose idle misses cost at least MIN_SHARE."""
     references = first_block_references(context.connection)
-    return [
-        _suggestion(context, prefix, references[references["block_hash"] == prefix.block_hash])
+    candidates = [
+        prefix
         for prefix in hot_prefixes_missing_after_idle(references)
+        if context.share(prefix.idle_misses * prefix.prefix_tokens) >= MIN_SHARE
+    ]
+    if not candidates:
+        return []
+    plans = _plans(context, references, candidates)
+    top = candidates[0]
+    saved = sum(prefix.idle_misses * prefix.prefix_tokens for prefix in candidates)
+    title = (
+        f"Keep the hot `{top.label}` prefix warm"
+        if len(candidates) == 1
+        else f"Keep {len(candidates)} hot prefixes warm"
+    )
+    shown = plans[:SHOWN]
+    more = [f"and {len(plans) - SHOWN} more"] if len(plans) > SHOWN else []
+    return [
+        Suggestion(
+            rule="warm-prefix",
+            title=title,
+            severity=severity_for_gain(context.share(saved)),
+            evidence=[_evidence_line(prefix, survival_s) for prefix, survival_s, _ in shown] + more,
+            effect=(
+                f"about {saved:,} prompt tokens not recomputed over this run "
+                f"(+{context.share(saved) * 100:.1f} points of token hit ratio), for one "
+                "one-token request per interval while a prefix is idle; warming keeps these "
+                "blocks cached at the expense of colder ones, which this estimate does not count"
+            ),
+            action="; ".join(
+                f"while no request with prefix {prefix.block_hash:#018x} (`{prefix.label}`) "
+                f"arrives, send its first {prefix.prefix_tokens} tokens with `max_tokens=1` "
+                f"every {interval_s:.1f} s"
+                for prefix, _, interval_s in shown
+            )
+            + " (same adapter and cache_salt as the real requests)",
+            gain_tokens=float(saved),
+            figures={
+                "prefixes": [
+                    {
+                        "block_hash": prefix.block_hash,
+                        "label": prefix.label,
+                        "idle_misses": prefix.idle_misses,
+                        "prefix_tokens": prefix.prefix_tokens,
+                        "warm_interval_s": round(interval_s, 3),
+                    }
+                    for prefix, _, interval_s in plans
+                ]
+            },
+            charts=[
+                _uses_chart(
+                    context, references[references["block_hash"] == top.block_hash], top.label
+                )
+            ],
+        )
     ]
 
 
-def _suggestion(context: RunContext, prefix: HotPrefix, uses: pd.DataFrame) -> Suggestion:
-    survival_s = _idle_survival_s(context, prefix.block_hash, uses)
-    interval_s = max(survival_s / 2, prefix.usual_gap_s) if survival_s else prefix.usual_gap_s
-    saved = prefix.idle_misses * prefix.prefix_tokens
+def _plans(
+    context: RunContext, references: pd.DataFrame, candidates: list[HotPrefix]
+) -> list[tuple[HotPrefix, float, float]]:
+    """Per prefix: how long it survives idle, and how often to warm it (half of that, but
+    never more often than it is used anyway)."""
+    plans = []
+    for prefix in candidates:
+        uses = references[references["block_hash"] == prefix.block_hash]
+        survival_s = _idle_survival_s(context, prefix.block_hash, uses)
+        interval_s = max(survival_s / 2, prefix.usual_gap_s) if survival_s else prefix.usual_gap_s
+        plans.append((prefix, survival_s, interval_s))
+    return plans
+
+
+def _evidence_line(prefix: HotPrefix, survival_s: float) -> str:
     owner = f" of tenant {prefix.tenant}" if prefix.tenant else ""
-    return Suggestion(
-        rule="warm-prefix",
-        title=f"Keep the hot `{prefix.label}` prefix{owner} warm",
-        severity=severity_for_gain(context.share(saved)),
-        evidence=[
-            f"{prefix.uses} requests start with this {prefix.prefix_tokens}-token prefix "
-            f"(first block hash {prefix.block_hash:#018x}); {prefix.hits} hit it",
-            f"{prefix.idle_misses} requests recomputed it after idle gaps of "
-            + ", ".join(f"{gap:.1f} s" for gap in prefix.idle_gaps_s[:6])
-            + f" (it is usually used every {prefix.usual_gap_s:.2f} s)",
-            (
-                f"idle, it stayed cached {survival_s:.1f} s (median, from last use to eviction)"
-                if survival_s
-                else "its evictions were not recorded in this run"
-            ),
-        ],
-        effect=(
-            f"about {saved:,} prompt tokens not recomputed over this run "
-            f"(+{context.share(saved) * 100:.1f} points of token hit ratio), for one "
-            "one-token request per interval while the prefix is idle"
-        ),
-        action=(
-            f"while no `{prefix.label}` request arrives, send its first {prefix.prefix_tokens} "
-            f"tokens with `max_tokens=1` every {interval_s:.1f} s (same adapter and "
-            "cache_salt as the real requests)"
-        ),
-        gain_tokens=float(saved),
-        figures={
-            "block_hash": prefix.block_hash,
-            "idle_misses": prefix.idle_misses,
-            "prefix_tokens": prefix.prefix_tokens,
-            "warm_interval_s": round(interval_s, 3),
-        },
-        charts=[_uses_chart(context, uses, prefix.label)],
+    stays = (
+        f"idle, it stays cached {survival_s:.1f} s (median from last use to eviction)"
+        if survival_s
+        else "its evictions were not recorded"
+    )
+    return (
+        f"`{prefix.label}`{owner}: {prefix.uses} requests start with this "
+        f"{prefix.prefix_tokens}-token prefix (first block {prefix.block_hash:#018x}), "
+        f"{prefix.hits} hit it, {prefix.idle_misses} recomputed it after idle gaps of "
+        + ", ".join(f"{gap:.1f} s" for gap in prefix.idle_gaps_s[:4])
+        + f" (it is usually used every {prefix.usual_gap_s:.2f} s); {stays}"
     )
 
 
