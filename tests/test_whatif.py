@@ -53,6 +53,7 @@ def chat_rows() -> list[dict[str, object]]:
     return sorted(rows, key=lambda row: row["timestamp"])  # type: ignore[arg-type, return-value]
 
 
+@pytest.mark.slow  # two worker processes each import vLLM
 def test_whatif_on_a_trace_writes_comparable_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
