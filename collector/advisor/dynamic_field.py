@@ -26,6 +26,7 @@ from collector.traces import TraceRequest
 
 WINDOW = 16
 SCAN_TOKENS = 512  # "near the start": fields that begin within this many tokens
+SCAN_REQUESTS = 5_000  # families are looked for among the first requests only (memory)
 MIN_FAMILY = 5
 MAX_FIELD_TOKENS = 64
 MIN_AGREEMENT = 32
@@ -46,7 +47,7 @@ def find_dynamic_fields(prompts: Sequence[tuple[int, ...]]) -> list[DynamicField
     """Every family of at least MIN_FAMILY prompts with a short field before a long
     identical stretch, largest families first."""
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for index, tokens in enumerate(prompts):
+    for index, tokens in enumerate(prompts[:SCAN_REQUESTS]):
         for position in range(1, min(len(tokens) - WINDOW, SCAN_TOKENS) + 1):
             groups[(position, hash(tokens[position : position + WINDOW]))].append(index)
     candidates = sorted(
