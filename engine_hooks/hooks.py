@@ -13,6 +13,10 @@ full-attention pool goes through a hooked method:
 
 The hooks record block records without tenant or LoRA; those sit on the request records
 (`Arrive`, `Lookup`) and a block record reaches them through `request_id`.
+
+With `check_collisions`, the hooks also keep an independent fingerprint of every cached
+block (`fingerprint.py`) and compare it with the requesting prompt's own on every prefix hit:
+a mismatch is a `Collision` record naming both requests.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
     Allocate,
     Arrive,
+    Collision,
     Drop,
     Event,
     Evict,
@@ -40,6 +45,7 @@ from engine_hooks.events import (
     Schedule,
     Store,
 )
+from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.privacy import Pseudonymizer
 
 Clock = Callable[[], int]
@@ -77,6 +83,7 @@ class KVCacheHooks:
         engine_id: str = "",
         dp_rank: int = 0,
         record_token_ids: bool = False,
+        check_collisions: bool = False,
     ) -> None:
         groups = manager.kv_cache_config.kv_cache_groups
         if len(groups) != 1:
@@ -96,6 +103,14 @@ class KVCacheHooks:
         self._block_hashes: list[bytes | None] = [None] * num_blocks
         self._stored_ns: list[int] = [0] * num_blocks
         self._num_hits: list[int] = [0] * num_blocks
+        self._fingerprints: BlockFingerprints | None = None
+        self._block_fingerprints: list[bytes | None] = []
+        self._stored_by: list[str | None] = []
+        if check_collisions:
+            self._fingerprints = BlockFingerprints(self.block_size)
+            self._block_fingerprints = [None] * num_blocks
+            self._stored_by = [None] * num_blocks
+        self.num_hits_checked = 0
         self._num_cached_free = 0
         self._request: Any = None
         self._seq = 0
@@ -218,6 +233,8 @@ class KVCacheHooks:
                 original(request)
             finally:
                 self._request = None
+                if self._fingerprints:
+                    self._fingerprints.forget(request.request_id)
 
         return free
 
@@ -287,6 +304,9 @@ class KVCacheHooks:
         )
         for block_id in block_ids:
             block_hashes[block_id] = None
+        if self._fingerprints:
+            for block_id in block_ids:
+                self._block_fingerprints[block_id] = None
         return record
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -295,25 +315,47 @@ class KVCacheHooks:
 
         def touch(blocks: Sequence[Any]) -> None:
             original(blocks)
-            block_ids = [
-                block.block_id for block in blocks if not block.is_null
-            ]  # a few per request
+            block_ids = [block.block_id for block in blocks if not block.is_null]
             if not block_ids:
                 return
             for block_id in block_ids:
                 num_hits[block_id] += 1
             # A hit block with one reference now was free (and evictable) before.
             self._num_cached_free -= sum(1 for block in blocks if block.ref_cnt == 1)
-            record = Hit(
-                self._next_seq(),
-                self._clock(),
-                self._request_id(),
-                block_ids,
-                [block_hashes[block_id] or b"" for block_id in block_ids],
-            )
-            self._emit([record])
+            now = self._clock()
+            request_id = self._request_id()
+            hashes = [block_hashes[block_id] or b"" for block_id in block_ids]
+            records: list[Event] = [Hit(self._next_seq(), now, request_id, block_ids, hashes)]
+            if self._fingerprints and self._request is not None:
+                records += self._check_hits(now, block_ids, hashes)
+            self._emit(records)
 
         return touch
+
+    def _check_hits(self, now: int, block_ids: list[int], hashes: list[bytes]) -> list[Event]:
+        """Compare each hit block's stored fingerprint with the request's own (positions 0..)."""
+        assert self._fingerprints is not None
+        request = self._request
+        expected = self._fingerprints.chain(request, len(block_ids))
+        self.num_hits_checked += len(block_ids)
+        collisions: list[Event] = []
+        for position, block_id in enumerate(block_ids):
+            stored = self._block_fingerprints[block_id]
+            if stored is None or stored == expected[position]:
+                continue
+            collisions.append(
+                Collision(
+                    self._next_seq(),
+                    now,
+                    request.request_id,
+                    block_id,
+                    hashes[position],
+                    self._stored_by[block_id],
+                    stored,
+                    expected[position],
+                )
+            )
+        return collisions
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         block_hashes = self._block_hashes
@@ -375,6 +417,11 @@ class KVCacheHooks:
                 block_hashes[block_id] = block_hash
                 stored_ns[block_id] = now
                 num_hits[block_id] = 0
+            if self._fingerprints:
+                chain = self._fingerprints.chain(request, positions[-1] + 1)
+                for block_id, position in zip(block_ids, positions, strict=True):
+                    self._block_fingerprints[block_id] = chain[position]
+                    self._stored_by[block_id] = request.request_id
             first = positions[0]
             record = Store(
                 self._next_seq(),
@@ -455,6 +502,8 @@ class KVCacheHooks:
             if done:
                 num_cleared = sum(1 for block_hash in block_hashes if block_hash is not None)
                 block_hashes[:] = [None] * len(block_hashes)
+                if self._fingerprints:
+                    self._block_fingerprints[:] = [None] * len(block_hashes)
                 self._num_cached_free = 0
                 self._emit([Reset(self._next_seq(), self._clock(), None, num_cleared)])
             return done

@@ -43,6 +43,11 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--reveal-tenants", action="store_true", help="store tenant names, not pseudonyms"
     )
+    parser.add_argument(
+        "--check-collisions",
+        action="store_true",
+        help="fingerprint every cached block and check each prefix hit against it",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=_run_replay)
@@ -65,6 +70,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         limit=args.limit,
         record_token_ids=args.record_token_ids,
         reveal_tenants=args.reveal_tenants,
+        check_collisions=args.check_collisions,
     )
     total = len(load_requests(args.trace, options))
     with tqdm(total=total, unit="req", disable=True if args.quiet else None) as bar:
