@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from collector.commands import generate, replay, summary
+from collector.commands import collect, generate, replay, summary
 
 EXIT_BAD_INPUT = 2
-COMMANDS = (replay, summary, generate)
+COMMANDS = (replay, summary, generate, collect)
 
 
 def build_parser() -> argparse.ArgumentParser:

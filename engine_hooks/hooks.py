@@ -32,7 +32,6 @@ from engine_hooks.events import (
     Allocate,
     Arrive,
     Collision,
-    Drop,
     Event,
     Evict,
     Finish,
@@ -114,7 +113,6 @@ class KVCacheHooks:
         self._num_cached_free = 0
         self._request: Any = None
         self._seq = 0
-        self._num_unreported_lost = 0
         self.num_lost = 0
         self._attached: list[tuple[Any, str]] = []
 
@@ -202,16 +200,15 @@ class KVCacheHooks:
         self._seq = seq + 1
         return seq
 
+    @property
+    def num_records(self) -> int:
+        """Records numbered so far: the next record's `seq`."""
+        return self._seq
+
     def _emit(self, records: list[Event]) -> None:
-        if not records:
-            return
-        if self._num_unreported_lost:
-            lost = self._num_unreported_lost
-            records.append(Drop(self._next_seq(), records[0].ts_ns, None, lost))
-        if self._buffer.offer(records):
-            self._num_unreported_lost = 0
-        else:
-            self._num_unreported_lost += len(records)
+        # A refused batch leaves a gap in `seq`; whoever stores the stream records the gap
+        # as a `Drop` (the hooks cannot: the buffer that would carry it is full).
+        if records and not self._buffer.offer(records):
             self.num_lost += len(records)
 
     # -- manager wrappers --------------------------------------------------------------
