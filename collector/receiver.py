@@ -25,18 +25,13 @@ from typing import Any
 import msgspec
 import zmq
 
-from collector.store import RunConfig, RunStore, StoreError
+from collector.store import RunConfig, RunStore, StoreError, live_copy_path
 from engine_hooks.events import Drop, Event, decoder
 from engine_hooks.transport import Ack, BatchHeader
 
 logger = logging.getLogger("kvscope.collect")
 
 BatchObserver = Callable[[BatchHeader, list[Event]], None]
-
-
-def live_path(run_path: Path) -> Path:
-    """Where the receiver publishes the readable copy of a run being written."""
-    return run_path.with_name(run_path.name + ".live")
 
 
 @dataclass
@@ -134,7 +129,7 @@ class Receiver:
         if self.store is None:
             return
         self.store.refresh_derived()
-        self.store.copy_to(live_path(self.run_path))
+        self.store.copy_to(live_copy_path(self.run_path))
         self.stats.snapshots += 1
         self._last_snapshot = time.monotonic()
         self._dirty = False
@@ -146,7 +141,7 @@ class Receiver:
         self.store.finalize()
         self.store.close()
         self.store = None
-        live_path(self.run_path).unlink(missing_ok=True)
+        live_copy_path(self.run_path).unlink(missing_ok=True)
 
 
 def _gaps(stream: _EngineStream, records: list[Event], header: BatchHeader) -> list[Drop]:

@@ -164,3 +164,20 @@ class RunStore:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def live_copy_path(run_path: Path) -> Path:
+    """Where `kvscope collect` publishes the readable copy of a run it is writing."""
+    return run_path.with_name(run_path.name + ".live")
+
+
+def open_readable(run_path: Path) -> tuple[RunStore, bool]:
+    """Open a run for reading: the file itself, or, while `kvscope collect` is writing it
+    (DuckDB then lets no other process open it), its latest live copy. True means live."""
+    try:
+        return RunStore.open(run_path), False
+    except RunBeingWritten:
+        live = live_copy_path(run_path)
+        if not live.is_file():
+            raise
+        return RunStore.open(live), True
