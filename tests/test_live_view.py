@@ -37,8 +37,13 @@ def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> N
         clock = VirtualClock()
         hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"k"), clock=clock)
         hooks.attach()
-        config = {"block_size": 16, "num_blocks": 2_000, "hash_algo": "sha256",
-                  "vllm_version": "0.33.0", "model": "replayed"}
+        config = {
+            "block_size": 16,
+            "num_blocks": 2_000,
+            "hash_algo": "sha256",
+            "vllm_version": "0.33.0",
+            "model": "replayed",
+        }
         transport = Transport(buffer, endpoint, engine_id="test", config=config).start()
         simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), lambda: None)
         simulator.run_sequential(read_trace(SAMPLE_TRACE)[:120], lambda _: None)
