@@ -14,7 +14,6 @@ as a `drop` record at the first missing number, saying how many records are miss
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -28,8 +27,6 @@ import zmq
 from collector.store import RunConfig, RunStore, StoreError, live_copy_path
 from engine_hooks.events import Drop, Event, decoder
 from engine_hooks.transport import Ack, BatchHeader
-
-logger = logging.getLogger("kvscope.collect")
 
 BatchObserver = Callable[[BatchHeader, list[Event]], None]
 

@@ -25,7 +25,7 @@ from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer, load_secret
 from engine_hooks.transport import Transport
 
-logger = logging.getLogger("kvscope")
+logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
 
 SUPPORTED_VLLM = ("0.33.",)
 TENANT_ARGUMENT = "kvscope_tenant"
