@@ -1,4 +1,5 @@
-"""The `kvscope` command line. Exit codes: 0 done, 2 bad input (file, line and reason on stderr).
+"""The `kvscope` command line. Exit codes: 0 done, 2 bad input (file, line and reason on stderr);
+`kvscope report` exits 1 when a check regressed.
 
 Each subcommand lives in `collector/commands/<name>.py` and registers itself with
 `register(commands)`; heavy imports happen when a command runs, not when the parser is built.
@@ -10,10 +11,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from collector.commands import collect, generate, replay, summary
+from collector.commands import collect, generate, prompt_trace, replay, report, summary
 
 EXIT_BAD_INPUT = 2
-COMMANDS = (replay, summary, generate, collect)
+COMMANDS = (replay, summary, generate, collect, report, prompt_trace)
 
 
 def build_parser() -> argparse.ArgumentParser:
