@@ -19,13 +19,12 @@ counts come out near a real BPE tokenizer's for English prose.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import string
 from pathlib import Path
 from typing import Any
 
-from collector.traces import MAX_TOKEN_ID, TraceError
+from collector.traces import MAX_TOKEN_ID, TraceError, parse_json_object
 
 TOKEN_PATTERN = re.compile(r"\s*[^\W\d_]+|\s*\d|\s*[^\w\s]|\s*_|\s+")
 FIRST_TOKEN_ID = 1_000
@@ -52,24 +51,12 @@ def render_prompt_set(prompt_set: Path, templates: Path) -> list[dict[str, Any]]
         raise TraceError(prompt_set, 0, f"cannot read: {error}") from error
     for number, text in enumerate(lines, start=1):
         if text.strip():
-            row = _parse(prompt_set, number, text)
+            row = parse_json_object(prompt_set, number, text)
             prompt = _prompt_text(prompt_set, number, row, templates, cache)
             rows.append(_trace_row(prompt_set, number, row, prompt, len(rows)))
     if not rows:
         raise TraceError(prompt_set, 0, "the prompt set holds no requests")
     return rows
-
-
-def _parse(path: Path, line: int, text: str) -> dict[str, Any]:
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TraceError(
-            path, line, f"invalid JSON: {error.msg} at column {error.colno}"
-        ) from error
-    if not isinstance(row, dict):
-        raise TraceError(path, line, f"expected a JSON object, got {type(row).__name__}")
-    return row
 
 
 def _prompt_text(
