@@ -14,6 +14,7 @@ def main() -> None:
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", default=True),
         st.Page(PAGES / "free_blocks.py", title="Free blocks"),
+        st.Page(PAGES / "vllm_kv_events.py", title="vLLM KV events"),
     ]
     st.navigation(pages).run()
 
