@@ -29,10 +29,10 @@ from tests.conftest import SAMPLE_RUN, SAMPLE_TRACE
 from tests.helpers import cached_block_count
 from tests.vllm_kv_pipeline import (
     EventSource,
+    checked_sockets,
     events_run,
     low64,
     receive,
-    socket_directory,
     subscriber_for,
     wait_until_sent,
     zmq_publisher,
@@ -43,7 +43,7 @@ H = 0xDEADBEEF_00C0FFEE
 
 @pytest.fixture
 def sockets() -> Iterator[Path]:
-    with socket_directory() as directory:
+    with checked_sockets() as directory:
         yield directory
 
 

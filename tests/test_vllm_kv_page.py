@@ -26,9 +26,9 @@ from tests.test_screenshots import png_is_not_blank
 from tests.test_vllm_kv_conflicts import H, received, stored
 from tests.vllm_kv_pipeline import (
     EventSource,
+    checked_sockets,
     events_run,
     receive,
-    socket_directory,
     subscriber_for,
     wait_until_sent,
     zmq_publisher,
@@ -44,7 +44,7 @@ def collected_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """120 sample requests through vLLM's manager and publisher, then a cache reset."""
     path = tmp_path_factory.mktemp("collected") / "run.duckdb"
     with (
-        socket_directory() as sockets,
+        checked_sockets() as sockets,
         zmq_publisher(sockets) as publisher,
         subscriber_for(sockets) as subscriber,
     ):

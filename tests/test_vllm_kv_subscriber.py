@@ -23,11 +23,11 @@ from collector.vllm_kv_subscriber import (
 from collector.vllm_kv_wire import ReceivedBatch
 from tests.vllm_kv_pipeline import (
     EventSource,
+    checked_sockets,
     events_run,
     low64,
     receive,
     serve_until_received,
-    socket_directory,
     subscriber_for,
     wait_until_sent,
     zmq_publisher,
@@ -39,7 +39,7 @@ ROOMY = CacheSettings(block_size=4, num_blocks=256)
 
 @pytest.fixture
 def sockets() -> Iterator[Path]:
-    with socket_directory() as directory:
+    with checked_sockets() as directory:
         yield directory
 
 

@@ -22,6 +22,18 @@ STEP_S = 0.5
 
 
 @contextmanager
+def checked_sockets() -> Iterator[Path]:
+    """A socket directory for one test; after it, no ZMQ socket of the process is open."""
+    import zmq
+
+    with socket_directory() as directory:
+        yield directory
+    # pyzmq's context keeps a weak set of its sockets; closing one removes it.
+    still_open = [socket for socket in zmq.Context.instance()._sockets if not socket.closed]
+    assert still_open == [], "a test left ZMQ sockets open"
+
+
+@contextmanager
 def socket_directory() -> Iterator[Path]:
     """A short directory for ipc:// sockets (their paths must stay under ~100 bytes)."""
     directory = Path(tempfile.mkdtemp(prefix="kv", dir="/tmp"))
