@@ -8,9 +8,9 @@ a consumer can check: the same hash with another parent, other tokens or other k
 conflict. With vLLM's sha256 the chance is about n^2 / 2^65 for n distinct blocks.
 
 What the detector remembers: each (KV cache group, hash) from its BlockStored until every
-holder (DP rank, medium) that stored it has removed it (BlockRemoved) or cleared its cache
-(AllBlocksCleared). That is the window in which a consumer's index maps the hash to that
-block. It keeps a 16-byte digest of the tokens, not the tokens (unless asked to): about
+holder (DP rank, medium) that stored it has removed it (BlockRemoved), cleared its cache
+(AllBlocksCleared) or restarted. That is the window in which a consumer's index maps the
+hash to that block. It keeps a 16-byte digest of the tokens, not the tokens (unless asked to): about
 420 bytes per cached block, some 5 us per stored block. A hash that one holder caches twice
 at once (two requests computing the same prefix together) is forgotten at its first removal.
 """
@@ -98,6 +98,7 @@ class HashConflictDetector:
         self.record_token_ids = record_token_ids
         self.num_blocks_checked = 0
         self._entries: dict[tuple[int | None, WireBlockHash], _Entry] = {}
+        self._epochs: dict[int | None, int] = {}
 
     @property
     def num_tracked(self) -> int:
@@ -109,6 +110,10 @@ class HashConflictDetector:
         conflicts: list[HashConflict] = []
         for received in batches:
             batch = received.batch
+            if received.epoch != self._epochs.setdefault(batch.data_parallel_rank, received.epoch):
+                # A restarted engine starts with an empty cache, and says nothing about it.
+                self._epochs[batch.data_parallel_rank] = received.epoch
+                self._on_cleared(batch.data_parallel_rank)
             ts_ns = round(batch.ts * 1e9)
             for event in batch.events:
                 if isinstance(event, BlockStored):

@@ -83,7 +83,8 @@ class VllmKvEventSubscriber:
 
     def catch_up(self) -> list[ReceivedBatch]:
         """Ask the replay socket for every batch from `next_seq` on, without waiting for a
-        live one to reveal a gap: call it on start (a late join) and before stopping."""
+        live one to reveal a gap: call it on start (a late join) and before stopping.
+        Returns nothing when the socket does not answer in time (nothing is known lost)."""
         if self.replay_endpoint is None:
             return []
         replies, complete = self._request_replay(self._next_seq)

@@ -47,9 +47,9 @@ def sockets() -> Iterator[Path]:
         yield directory
 
 
-def received(seq: int, *events: WireEvent, dp_rank: int = 0) -> ReceivedBatch:
+def received(seq: int, *events: WireEvent, dp_rank: int = 0, epoch: int = 0) -> ReceivedBatch:
     batch = KVEventBatch(ts=10.0 + seq, events=list(events), data_parallel_rank=dp_rank)
-    return ReceivedBatch("ipc://test", 0, seq, batch, replayed=False)
+    return ReceivedBatch("ipc://test", epoch, seq, batch, replayed=False)
 
 
 def stored(

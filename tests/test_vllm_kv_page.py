@@ -126,6 +126,7 @@ def test_a_collected_run_shows_what_vllm_sent(collected_run: Path) -> None:
         "Hash conflicts": "0",
         "Published hashes": "64-bit",
     }
+    assert app.caption[0].value.startswith("From 1 data-parallel rank(s); engine restarts seen: 0")
     successes = [block.value for block in app.success]
     assert successes[0].startswith("None: every batch arrived in order")
     assert successes[1].startswith("0: no two different blocks arrived under one hash among ")

@@ -81,6 +81,10 @@ def render_received(connection: duckdb.DuckDBPyConnection, summary: dict[str, in
     )
     third.metric("Hash conflicts", f"{summary['conflicts']:,}")
     fourth.metric("Published hashes", hash_width(summary))
+    st.caption(
+        f"From {summary['dp_ranks']} data-parallel rank(s); engine restarts seen: "
+        f"{summary['publisher_restarts']} (vLLM numbers its batches from 0 again after one)."
+    )
     activity = vllm_kv_queries.vllm_kv_activity(connection)
     st.plotly_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), key="vllm_kv_activity")
     render_gaps(connection, summary)
