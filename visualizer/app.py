@@ -17,6 +17,7 @@ def main() -> None:
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", default=True),
         st.Page(PAGES / "free_blocks.py", title="Free blocks"),
+        st.Page(PAGES / "vllm_kv_events.py", title="vLLM KV events"),
     ]
     navigation = st.navigation(pages)
     with st.sidebar:
