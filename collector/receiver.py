@@ -10,6 +10,9 @@ and removes the copy.
 A batch is acknowledged to its engine only after its records are committed. A gap in an
 engine's record numbers (records its buffer refused, or batches lost on the way) is stored
 as a `drop` record at the first missing number, saying how many records are missing.
+
+The same receiver can also subscribe to vLLM's own KV events (`VllmKvEventSubscriber`) and
+store them in the same run file, from the same thread: DuckDB's one writer.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import msgspec
 import zmq
 
 from collector.store import RunConfig, RunStore, StoreError, live_copy_path
+from collector.vllm_kv_conflicts import HashConflictDetector
+from collector.vllm_kv_ingest import append_vllm_batches
+from collector.vllm_kv_subscriber import VllmKvEventSubscriber
 from engine_hooks.events import Drop, Event, decoder
 from engine_hooks.transport import Ack, BatchHeader
 
@@ -56,6 +62,8 @@ class Receiver:
         *,
         live_interval_s: float = 5.0,
         observers: tuple[BatchObserver, ...] = (),
+        kv_event_sources: tuple[VllmKvEventSubscriber, ...] = (),
+        kv_event_run_config: RunConfig | None = None,
     ) -> None:
         if run_path.exists():
             raise StoreError(f"{run_path}: already exists; kvscope does not overwrite runs")
@@ -65,6 +73,9 @@ class Receiver:
         self.observers = observers
         self.stats = ReceiverStats()
         self.store: RunStore | None = None
+        self.kv_event_sources = kv_event_sources
+        self._kv_event_run_config = kv_event_run_config
+        self._conflicts = HashConflictDetector()
         self._header_decoder = msgspec.msgpack.Decoder(BatchHeader)
         self._records_decoder = decoder()
         self._encoder = msgspec.msgpack.Encoder()
@@ -79,18 +90,42 @@ class Receiver:
         last_batch_at = time.monotonic()
         try:
             while not stop.is_set():
-                if self._socket.poll(100):
-                    self._receive_available()
+                wait_ms = 50 if self.kv_event_sources else 100
+                received = bool(self._socket.poll(wait_ms)) and self._receive_available()
+                received = self._receive_kv_events(poll_ms=wait_ms) or received
+                if received:
                     last_batch_at = time.monotonic()
                 elif idle_exit_s is not None and time.monotonic() - last_batch_at > idle_exit_s:
                     break
                 if self._dirty and time.monotonic() - self._last_snapshot > self.live_interval_s:
                     self.publish_snapshot()
             self._receive_available()
+            for source in self.kv_event_sources:
+                self._store_kv_events(source.catch_up(), source)
         finally:
             self.close()
 
-    def _receive_available(self) -> None:
+    def _receive_kv_events(self, poll_ms: int) -> bool:
+        """Store what vLLM's own KV event streams delivered (and any gaps they found)."""
+        received = False
+        for source in self.kv_event_sources:
+            received = self._store_kv_events(source.poll(poll_ms), source) or received
+        return received
+
+    def _store_kv_events(self, batches: list[Any], source: VllmKvEventSubscriber) -> bool:
+        gaps = source.take_gaps()
+        if not batches and not gaps:
+            return False
+        if self.store is None:
+            if self._kv_event_run_config is None:
+                raise StoreError("vLLM KV events arrived, but no run configuration was given")
+            self.store = RunStore.create(self.run_path, self._kv_event_run_config)
+        self.store.flush()  # the engines' records first: one writer, one order
+        append_vllm_batches(self.store, batches, gaps, self._conflicts)
+        self._dirty = True
+        return True
+
+    def _receive_available(self) -> bool:
         """Take every waiting message, commit them in one transaction, then acknowledge."""
         acks: dict[bytes, int] = {}
         while self._socket.poll(0):
@@ -100,12 +135,13 @@ class Receiver:
             self._store_batch(header, records)
             acks[identity] = header.batch_seq
         if not acks:
-            return
+            return False
         assert self.store is not None
         self.store.flush()
         self._dirty = True
         for identity, batch_seq in acks.items():
             self._socket.send_multipart([identity, self._encoder.encode(Ack(batch_seq))])
+        return True
 
     def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:
         if self.store is None:
@@ -133,6 +169,8 @@ class Receiver:
 
     def close(self) -> None:
         self._socket.close(linger=0)
+        for source in self.kv_event_sources:
+            source.close()
         if self.store is None:
             return
         self.store.finalize()
