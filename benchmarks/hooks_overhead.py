@@ -5,10 +5,13 @@ per run, in these configurations, interleaved round-robin so drift hits all alik
   bare        no hooks, no KV events
   kv-events   vLLM's own KV events on, drained every step (what --kv-events-config costs)
   hooks       kvscope's hooks attached, records drained every step (the capture cost)
-  hooks+wire  as hooks, and every drained batch encoded to msgpack (what transport adds)
+  capture     hooks + the transport thread shipping msgpack batches to a real
+              `kvscope collect` process that writes DuckDB (what an engine pays live)
+  capture+collisions  as capture, with the collision check on (fingerprints per block)
 Prints each configuration's median CPU time (process time: steadier than wall time on a
 shared machine) and the median over rounds of its time / the same round's bare time.
-Trace reading is not timed; prompt hashing by vLLM is (it is part of every engine's work).
+Only the replaying process's CPU is counted (the collector is another process). Trace
+reading is not timed; prompt hashing by vLLM is (it is part of every engine's work).
 Like vLLM's EngineCore, each run freezes the startup heap (`freeze_gc_heap`) before it starts.
 
     python benchmarks/hooks_overhead.py [--block-size 16] [--num-blocks 20000] [--rounds 3]
@@ -18,9 +21,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm.utils.gc_utils import freeze_gc_heap
@@ -29,51 +39,97 @@ from collector.block_manager import CacheSettings, make_block_hasher, make_kv_ca
 from collector.simulator import Simulator, VirtualClock
 from collector.traces import TraceRequest, read_trace
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-from engine_hooks.events import encoder
+from engine_hooks.transport import Transport
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 
 
 def run_once(
-    config: str, requests: list[TraceRequest], settings: CacheSettings
+    config: str, requests: list[TraceRequest], settings: CacheSettings, endpoint: str
 ) -> tuple[float, int]:
-    """One replay; returns seconds and records captured."""
+    """One replay; returns CPU seconds and records captured."""
     manager = make_kv_cache_manager(settings, kv_events=config == "kv-events")
     block_hasher = make_block_hasher(settings)
     clock = VirtualClock()
     hooks: KVCacheHooks | None = None
+    transport: Transport | None = None
     buffer = EventBuffer()
     captured = [0]
-    drain: Callable[[], None]
-    if config == "bare":
-
-        def drain() -> None:
-            return None
-    elif config == "kv-events":
+    drain: Callable[[], None] = lambda: None  # noqa: E731
+    if config == "kv-events":
 
         def drain() -> None:
             captured[0] += len(manager.take_events())
-    else:
-        hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"bench"), clock=clock)
+    elif config != "bare":
+        hooks = KVCacheHooks(
+            manager,
+            buffer,
+            pseudonymizer=Pseudonymizer(b"bench"),
+            clock=clock,
+            check_collisions=config == "capture+collisions",
+        )
         hooks.attach()
-        wire = encoder() if config == "hooks+wire" else None
+        if config == "hooks":
 
-        def drain() -> None:
-            records = buffer.take()
-            captured[0] += len(records)
-            if wire is not None:
-                wire.encode(records)
-
+            def drain() -> None:
+                captured[0] += len(buffer.take())
+        else:
+            run_config = {
+                "block_size": settings.block_size,
+                "num_blocks": settings.num_blocks,
+                "hash_algo": settings.hash_algo,
+                "vllm_version": "bench",
+            }
+            transport = Transport(
+                buffer, endpoint, engine_id=f"bench-{time.monotonic_ns()}", config=run_config
+            )
     simulator = Simulator(manager, hooks, clock, block_hasher, on_step=drain)
     # As vLLM's EngineCore does once it is built: the startup heap leaves the GC's sight.
     freeze_gc_heap()
     start = time.process_time()
+    if transport is not None:
+        transport.start()
     simulator.run_sequential(requests, lambda _: None)
+    if transport is not None:
+        transport.stop(flush_timeout_s=120)
+        captured[0] = transport.num_delivered
+        if transport.num_dropped:
+            print(f"    {transport.num_dropped:,} records dropped in transport")
     elapsed = time.process_time() - start
     if hooks is not None:
         hooks.detach()
     gc.unfreeze()
     return elapsed, captured[0]
+
+
+@contextmanager
+def collector_process() -> Iterator[str]:
+    """A real `kvscope collect` writing to a throwaway run file; yields its endpoint."""
+    with tempfile.TemporaryDirectory() as directory:
+        endpoint = f"ipc://{directory}/bench.ipc"
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "collector.cli",
+                "collect",
+                "--db",
+                f"{directory}/bench.duckdb",
+                "--endpoint",
+                endpoint,
+                "--live-interval",
+                "3600",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        process.stdout.readline()  # listening
+        try:
+            yield endpoint
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
 
 
 def main() -> None:
@@ -86,7 +142,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--configs", default="bare,kv-events,hooks,hooks+wire", help="comma-separated"
+        "--configs",
+        default="bare,kv-events,hooks,capture,capture+collisions",
+        help="comma-separated",
     )
     args = parser.parse_args()
     requests = read_trace(args.trace)[: args.limit]
@@ -94,37 +152,63 @@ def main() -> None:
     configs = args.configs.split(",")
     if "bare" not in configs:
         parser.error("--configs must include bare: every ratio is to bare")
-    times: dict[str, list[float]] = {config: [] for config in configs}
-    ratios: dict[str, list[float]] = {config: [] for config in configs}
-    records: dict[str, int] = {}
+    tally = Tally()
     print(
         f"{len(requests)} requests, block size {args.block_size}, {args.num_blocks} blocks, "
         f"{args.rounds} rounds (CPU seconds)"
     )
-    for round_number in range(args.rounds):
-        # Rotate the order each round so no configuration always runs first or last.
-        shift = round_number % len(configs)
-        this_round: dict[str, float] = {}
-        for config in configs[shift:] + configs[:shift]:
-            elapsed, captured = run_once(config, requests, settings)
-            this_round[config] = elapsed
-            times[config].append(elapsed)
-            records[config] = captured
-            print(
-                f"  round {round_number + 1} {config:<11} {elapsed:7.2f} s {captured:>10,} records"
+    with collector_process() as endpoint:
+        for round_number in range(args.rounds):
+            run_round(
+                round_number,
+                configs,
+                requests=requests,
+                settings=settings,
+                endpoint=endpoint,
+                tally=tally,
             )
-        for config, elapsed in this_round.items():
-            ratios[config].append(elapsed / this_round["bare"])
     print(
-        f"\n{'config':<11} {'median s':>9} {'x bare':>7}  {'per-round x bare':<24} {'records':>10}"
+        f"\n{'config':<19} {'median s':>9} {'x bare':>7}  {'per-round x bare':<24} {'records':>11}"
     )
     for config in configs:
-        per_round = " ".join(f"{ratio:.3f}" for ratio in ratios[config])
+        per_round = " ".join(f"{ratio:.3f}" for ratio in tally.ratios[config])
         print(
-            f"{config:<11} {statistics.median(times[config]):9.2f} "
-            f"{statistics.median(ratios[config]):7.3f}  {per_round:<24} {records[config]:>10,}"
+            f"{config:<19} {statistics.median(tally.times[config]):9.2f} "
+            f"{statistics.median(tally.ratios[config]):7.3f}  {per_round:<24} "
+            f"{tally.records[config]:>11,}"
         )
     print("x bare: the median over rounds of each round's time / that round's bare time")
+
+
+@dataclass
+class Tally:
+    """Per configuration: CPU seconds and ratios to bare, one entry per round."""
+
+    times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    ratios: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    records: dict[str, int] = field(default_factory=dict)
+
+
+def run_round(
+    round_number: int,
+    configs: list[str],
+    *,
+    requests: list[TraceRequest],
+    settings: CacheSettings,
+    endpoint: str,
+    tally: Tally,
+) -> None:
+    """One round: every configuration once, in an order rotated by the round number."""
+    shift = round_number % len(configs)
+    this_round: dict[str, float] = {}
+    for config in configs[shift:] + configs[:shift]:
+        elapsed, captured = run_once(config, requests, settings, endpoint)
+        this_round[config] = elapsed
+        tally.times[config].append(elapsed)
+        tally.records[config] = captured
+        print(f"  round {round_number + 1} {config:<19} {elapsed:7.2f} s {captured:>11,} records")
+    for config, elapsed in this_round.items():
+        tally.ratios[config].append(elapsed / this_round["bare"])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The `kvscope` command line. Exit codes: 0 done, 2 bad input (file, line and reason on stderr).
+"""The `kvscope` command line. Exit codes: 0 done, 2 bad input (file, line and reason on stderr);
+`kvscope report` exits 1 when a check regressed.
 
 Each subcommand lives in `collector/commands/<name>.py` and registers itself with
 `register(commands)`; heavy imports happen when a command runs, not when the parser is built.
@@ -10,10 +11,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from collector.commands import advise, generate, replay, summary, whatif
+from collector.commands import (
+    advise,
+    collect,
+    generate,
+    prompt_trace,
+    replay,
+    report,
+    summary,
+    whatif,
+)
 
 EXIT_BAD_INPUT = 2
-COMMANDS = (replay, summary, generate, whatif, advise)
+COMMANDS = (replay, summary, generate, collect, report, prompt_trace, whatif, advise)
 
 
 def build_parser() -> argparse.ArgumentParser:

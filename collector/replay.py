@@ -41,6 +41,7 @@ class ReplayOptions:
     limit: int | None = None
     record_token_ids: bool = False
     reveal_tenants: bool = False
+    check_collisions: bool = False
 
     def __post_init__(self) -> None:
         if self.timing not in TIMINGS:
@@ -119,6 +120,7 @@ def replay_into(
         pseudonymizer=Pseudonymizer(secret, reveal_tenants=options.reveal_tenants),
         clock=clock,
         record_token_ids=options.record_token_ids,
+        check_collisions=options.check_collisions,
     ).attach()
 
     def drain() -> None:
@@ -155,5 +157,6 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
             "limit": options.limit,
             "record_token_ids": options.record_token_ids,
             "reveal_tenants": options.reveal_tenants,
+            "check_collisions": options.check_collisions,
         },
     )

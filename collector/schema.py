@@ -4,9 +4,76 @@ from __future__ import annotations
 
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
+
+# What vLLM's own KV events carry (collector/vllm_kv_ingest.py): batches as received, one
+# row per block of each BlockStored / BlockRemoved (one per AllBlocksCleared), the batches
+# that never arrived, and two different blocks seen under one published hash.
+VLLM_KV_STATEMENTS = (
+    "CREATE TYPE vllm_kv_event_kind AS ENUM ('stored', 'removed', 'cleared')",
+    """CREATE TABLE vllm_kv_batches (
+        endpoint VARCHAR NOT NULL,
+        dp_rank SMALLINT,
+        epoch INTEGER NOT NULL,
+        seq UBIGINT NOT NULL,
+        ts_ns BIGINT NOT NULL,
+        num_events INTEGER NOT NULL,
+        replayed BOOLEAN NOT NULL
+    )""",
+    """CREATE TABLE vllm_kv_events (
+        dp_rank SMALLINT,
+        epoch INTEGER NOT NULL,
+        seq UBIGINT NOT NULL,
+        event_index INTEGER NOT NULL,
+        block_position INTEGER,
+        ts_ns BIGINT NOT NULL,
+        kind vllm_kv_event_kind NOT NULL,
+        block_hash UBIGINT,
+        block_hash_bytes BLOB,
+        parent_hash UBIGINT,
+        num_tokens INTEGER,
+        lora_name VARCHAR,
+        medium VARCHAR,
+        group_idx INTEGER,
+        num_extra_keys INTEGER
+    )""",
+    """CREATE TABLE vllm_kv_gaps (
+        endpoint VARCHAR NOT NULL,
+        dp_rank SMALLINT,
+        epoch INTEGER NOT NULL,
+        first_seq UBIGINT NOT NULL,
+        last_seq UBIGINT NOT NULL,
+        num_batches UBIGINT NOT NULL,
+        reason VARCHAR NOT NULL,
+        detected_ns BIGINT NOT NULL
+    )""",
+    """CREATE TABLE vllm_kv_conflicts (
+        block_hash UBIGINT NOT NULL,
+        block_hash_bytes BLOB,
+        group_idx INTEGER,
+        differs VARCHAR[] NOT NULL,
+        first_dp_rank SMALLINT,
+        first_epoch INTEGER NOT NULL,
+        first_seq UBIGINT NOT NULL,
+        first_ts_ns BIGINT NOT NULL,
+        first_parent_hash UBIGINT,
+        first_num_tokens INTEGER NOT NULL,
+        first_lora_name VARCHAR,
+        first_tokens_digest BLOB NOT NULL,
+        first_token_ids BIGINT[],
+        second_dp_rank SMALLINT,
+        second_epoch INTEGER NOT NULL,
+        second_seq UBIGINT NOT NULL,
+        second_ts_ns BIGINT NOT NULL,
+        second_parent_hash UBIGINT,
+        second_num_tokens INTEGER NOT NULL,
+        second_lora_name VARCHAR,
+        second_tokens_digest BLOB NOT NULL,
+        second_token_ids BIGINT[]
+    )""",
+)
 
 CREATE_STATEMENTS = (
     "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
@@ -79,6 +146,7 @@ CREATE_STATEMENTS = (
     )""",
     "CREATE TABLE request_tokens (request_id VARCHAR NOT NULL, token_ids INTEGER[] NOT NULL)",
     "CREATE TABLE block_tokens (block_hash UBIGINT NOT NULL, token_ids INTEGER[] NOT NULL)",
+    *VLLM_KV_STATEMENTS,
 )
 
 # Derived from events by `finalize`; rebuilt whole each time.

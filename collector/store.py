@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +22,10 @@ KVSCOPE_VERSION = "0.1.0"
 
 class StoreError(RuntimeError):
     """A run file that cannot be used; the message says which file and why."""
+
+
+class RunBeingWritten(StoreError):
+    """The run file is open for writing in another process (`kvscope collect`)."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,13 @@ class RunStore:
 
     @classmethod
     def create(cls, path: Path, config: RunConfig) -> RunStore:
-        """Create a new run file; refuses to overwrite one."""
+        """Create a new run file, schema and config in place before it appears under `path`;
+        refuses to overwrite one."""
         if path.exists():
             raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
-        connection = duckdb.connect(str(path))
+        temporary = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        temporary.unlink(missing_ok=True)
+        connection = duckdb.connect(str(temporary))
         for statement in CREATE_STATEMENTS:
             connection.execute(statement)
         connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
@@ -66,7 +74,9 @@ class RunStore:
         connection.execute(f"INSERT INTO runs ({names}) VALUES ({marks})", list(values.values()))
         for statement in DERIVED_STATEMENTS:
             connection.execute(statement)
-        return cls(connection, path)
+        connection.close()
+        os.replace(temporary, path)
+        return cls(duckdb.connect(str(path)), path)
 
     @classmethod
     def open(cls, path: Path, read_only: bool = True) -> RunStore:
@@ -75,6 +85,13 @@ class RunStore:
             raise StoreError(f"{path}: no such run file")
         try:
             connection = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as error:
+            if "lock" in str(error).lower():
+                raise RunBeingWritten(
+                    f"{path}: another process is writing this run (DuckDB allows one writer "
+                    "and no reader meanwhile); read its live copy instead"
+                ) from error
+            raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
         except duckdb.Error as error:
             raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
         try:
@@ -114,11 +131,30 @@ class RunStore:
             connection.unregister("_batch")
         connection.commit()
 
-    def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
-        """Flush, rebuild the derived tables, and stamp the run as finished."""
+    def refresh_derived(self) -> None:
+        """Flush, then rebuild the derived tables from the events so far."""
         self.flush()
         for statement in DERIVED_STATEMENTS:
             self.connection.execute(statement)
+
+    def copy_to(self, destination: Path) -> None:
+        """Write a consistent copy of the whole run file to `destination`, atomically."""
+        temporary = destination.with_name(f".{destination.name}.tmp")
+        temporary.unlink(missing_ok=True)
+        row = self.connection.execute("SELECT current_database()").fetchone()
+        assert row is not None
+        source = '"' + str(row[0]).replace('"', '""') + '"'
+        target = "'" + str(temporary).replace("'", "''") + "'"
+        self.connection.execute(f"ATTACH {target} AS kvscope_copy")
+        try:
+            self.connection.execute(f"COPY FROM DATABASE {source} TO kvscope_copy")
+        finally:
+            self.connection.execute("DETACH kvscope_copy")
+        os.replace(temporary, destination)
+
+    def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
+        """Flush, rebuild the derived tables, and stamp the run as finished."""
+        self.refresh_derived()
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
         self.connection.execute(
             "UPDATE runs SET finished_at = ?, vllm_prefix_cache_queries = ?, "
@@ -128,3 +164,20 @@ class RunStore:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def live_copy_path(run_path: Path) -> Path:
+    """Where `kvscope collect` publishes the readable copy of a run it is writing."""
+    return run_path.with_name(run_path.name + ".live")
+
+
+def open_readable(run_path: Path) -> tuple[RunStore, bool]:
+    """Open a run for reading: the file itself, or, while `kvscope collect` is writing it
+    (DuckDB then lets no other process open it), its latest live copy. True means live."""
+    try:
+        return RunStore.open(run_path), False
+    except RunBeingWritten:
+        live = live_copy_path(run_path)
+        if not live.is_file():
+            raise
+        return RunStore.open(live), True

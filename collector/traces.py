@@ -101,7 +101,8 @@ def _numbered_lines(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
         raise TraceError(path, line_number + 1, f"cannot read: {error}") from error
 
 
-def _parse_line(path: Path, line: int, text: str, trace_format: str, index: int) -> TraceRequest:
+def parse_json_object(path: Path, line: int, text: str) -> dict[str, Any]:
+    """One JSONL line as a JSON object, or a TraceError naming the file, line and reason."""
     try:
         row = json.loads(text)
     except json.JSONDecodeError as error:
@@ -110,6 +111,11 @@ def _parse_line(path: Path, line: int, text: str, trace_format: str, index: int)
         ) from error
     if not isinstance(row, dict):
         raise TraceError(path, line, f"expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def _parse_line(path: Path, line: int, text: str, trace_format: str, index: int) -> TraceRequest:
+    row = parse_json_object(path, line, text)
     fields = _Fields(path, line, row)
     is_mooncake = "hash_ids" in row if trace_format == "auto" else trace_format == "mooncake"
     if is_mooncake:

@@ -11,7 +11,8 @@ no per-block object to vLLM's hot path, and the collector stores one row per blo
 
 Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix),
 never Python `hash()` values. `seq` increases by one per record inside one engine:
-a gap means records were dropped, and a `Drop` record says how many.
+a gap means records were lost (the hooks' buffer was full, or the transport could not
+deliver them), and the collector that sees the gap stores a `Drop` record saying how many.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class Finish(_Record, tag="finish"):
 
 
 class Drop(_Record, tag="drop"):
-    """The buffer overflowed: `num_lost` records (a gap in `seq`) never left the engine."""
+    """`num_lost` records (a gap in `seq` starting at this record's own `seq`) never arrived."""
 
     num_lost: int
 

@@ -13,13 +13,17 @@ full-attention pool goes through a hooked method:
 
 The hooks record block records without tenant or LoRA; those sit on the request records
 (`Arrive`, `Lookup`) and a block record reaches them through `request_id`.
+
+With `check_collisions`, the hooks also keep an independent fingerprint of every cached
+block (`fingerprint.py`) and compare it with the requesting prompt's own on every prefix hit:
+a mismatch is a `Collision` record naming both requests.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress
+from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -27,7 +31,7 @@ from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
     Allocate,
     Arrive,
-    Drop,
+    Collision,
     Event,
     Evict,
     Finish,
@@ -40,6 +44,7 @@ from engine_hooks.events import (
     Schedule,
     Store,
 )
+from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.privacy import Pseudonymizer
 
 Clock = Callable[[], int]
@@ -77,6 +82,7 @@ class KVCacheHooks:
         engine_id: str = "",
         dp_rank: int = 0,
         record_token_ids: bool = False,
+        check_collisions: bool = False,
     ) -> None:
         groups = manager.kv_cache_config.kv_cache_groups
         if len(groups) != 1:
@@ -92,14 +98,19 @@ class KVCacheHooks:
         self.dp_rank = dp_rank
         self.record_token_ids = record_token_ids
         self.block_size: int = groups[0].kv_cache_spec.block_size
-        num_blocks: int = self._pool.num_gpu_blocks
-        self._block_hashes: list[bytes | None] = [None] * num_blocks
-        self._stored_ns: list[int] = [0] * num_blocks
-        self._num_hits: list[int] = [0] * num_blocks
+        # The shadow, keyed by block id, holding cached blocks only: dicts let the wrappers
+        # update and read it for a whole list of blocks in C (map, zip, update), with no
+        # Python-level loop per block on vLLM's hot path.
+        self._block_hashes: dict[int, bytes] = {}
+        self._stored_ns: dict[int, int] = {}
+        self._num_hits: dict[int, int] = {}
+        self._fingerprints = BlockFingerprints(self.block_size) if check_collisions else None
+        self._block_fingerprints: dict[int, bytes] = {}
+        self._stored_by: dict[int, str] = {}
+        self.num_hits_checked = 0
         self._num_cached_free = 0
         self._request: Any = None
         self._seq = 0
-        self._num_unreported_lost = 0
         self.num_lost = 0
         self._attached: list[tuple[Any, str]] = []
 
@@ -178,7 +189,7 @@ class KVCacheHooks:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks holding a prefix-cache hash right now, as the hooks saw them stored."""
-        return sum(1 for block_hash in self._block_hashes if block_hash is not None)
+        return len(self._block_hashes)
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -187,16 +198,15 @@ class KVCacheHooks:
         self._seq = seq + 1
         return seq
 
+    @property
+    def num_records(self) -> int:
+        """Records numbered so far: the next record's `seq`."""
+        return self._seq
+
     def _emit(self, records: list[Event]) -> None:
-        if not records:
-            return
-        if self._num_unreported_lost:
-            lost = self._num_unreported_lost
-            records.append(Drop(self._next_seq(), records[0].ts_ns, None, lost))
-        if self._buffer.offer(records):
-            self._num_unreported_lost = 0
-        else:
-            self._num_unreported_lost += len(records)
+        # A refused batch leaves a gap in `seq`; whoever stores the stream records the gap
+        # as a `Drop` (the hooks cannot: the buffer that would carry it is full).
+        if records and not self._buffer.offer(records):
             self.num_lost += len(records)
 
     # -- manager wrappers --------------------------------------------------------------
@@ -218,6 +228,8 @@ class KVCacheHooks:
                 original(request)
             finally:
                 self._request = None
+                if self._fingerprints:
+                    self._fingerprints.forget(request.request_id)
 
         return free
 
@@ -260,7 +272,7 @@ class KVCacheHooks:
             request_id = self._request_id()
             block_ids = list(map(_BLOCK_ID, blocks))
             records: list[Event] = []
-            evicted = list(compress(block_ids, map(block_hashes.__getitem__, block_ids)))
+            evicted = list(filter(block_hashes.__contains__, block_ids))
             if evicted:
                 # vLLM dropped the hash of each cached free block it handed out.
                 records.append(self._evict_record(now, request_id, evicted))
@@ -273,20 +285,19 @@ class KVCacheHooks:
 
     def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
         """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
-        block_hashes = self._block_hashes
-        stored_ns = self._stored_ns
-        num_hits = self._num_hits
         record = Evict(
             self._next_seq(),
             now,
             request_id,
             block_ids,
-            [block_hashes[block_id] for block_id in block_ids],  # type: ignore[misc]
-            [now - stored_ns[block_id] for block_id in block_ids],
-            [num_hits[block_id] for block_id in block_ids],
+            list(map(self._block_hashes.pop, block_ids)),
+            [now - stored for stored in map(self._stored_ns.pop, block_ids)],
+            list(map(self._num_hits.pop, block_ids, repeat(0))),
         )
-        for block_id in block_ids:
-            block_hashes[block_id] = None
+        if self._fingerprints:
+            for block_id in block_ids:
+                self._block_fingerprints.pop(block_id, None)
+                self._stored_by.pop(block_id, None)
         return record
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -295,30 +306,51 @@ class KVCacheHooks:
 
         def touch(blocks: Sequence[Any]) -> None:
             original(blocks)
-            block_ids = [
-                block.block_id for block in blocks if not block.is_null
-            ]  # a few per request
+            block_ids = [block.block_id for block in blocks if not block.is_null]
             if not block_ids:
                 return
             for block_id in block_ids:
-                num_hits[block_id] += 1
+                num_hits[block_id] = num_hits.get(block_id, 0) + 1
             # A hit block with one reference now was free (and evictable) before.
             self._num_cached_free -= sum(1 for block in blocks if block.ref_cnt == 1)
-            record = Hit(
-                self._next_seq(),
-                self._clock(),
-                self._request_id(),
-                block_ids,
-                [block_hashes[block_id] or b"" for block_id in block_ids],
-            )
-            self._emit([record])
+            now = self._clock()
+            request_id = self._request_id()
+            hashes = [block_hashes.get(block_id, b"") for block_id in block_ids]
+            records: list[Event] = [Hit(self._next_seq(), now, request_id, block_ids, hashes)]
+            if self._fingerprints and self._request is not None:
+                records += self._check_hits(now, block_ids, hashes)
+            self._emit(records)
 
         return touch
+
+    def _check_hits(self, now: int, block_ids: list[int], hashes: list[bytes]) -> list[Event]:
+        """Compare each hit block's stored fingerprint with the request's own (positions 0..)."""
+        assert self._fingerprints is not None
+        request = self._request
+        expected = self._fingerprints.chain(request, len(block_ids))
+        self.num_hits_checked += len(block_ids)
+        collisions: list[Event] = []
+        for position, block_id in enumerate(block_ids):
+            stored = self._block_fingerprints.get(block_id)
+            if stored is None or stored == expected[position]:
+                continue
+            collisions.append(
+                Collision(
+                    self._next_seq(),
+                    now,
+                    request.request_id,
+                    block_id,
+                    hashes[position],
+                    self._stored_by.get(block_id),
+                    stored,
+                    expected[position],
+                )
+            )
+        return collisions
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         block_hashes = self._block_hashes
         stored_ns = self._stored_ns
-        num_hits = self._num_hits
         hash_block_size: int = self._pool.hash_block_size
 
         def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
@@ -348,7 +380,7 @@ class KVCacheHooks:
             if (
                 block_mask is None
                 and not any(map(_IS_NULL, candidates))
-                and not any(map(block_hashes.__getitem__, candidate_ids))
+                and not any(map(block_hashes.__contains__, candidate_ids))
             ):
                 positions: Sequence[int] = range(num_cached_blocks, num_full_blocks)
             else:
@@ -356,7 +388,7 @@ class KVCacheHooks:
                     num_cached_blocks + offset
                     for offset, block in enumerate(candidates)
                     if not block.is_null
-                    and block_hashes[block.block_id] is None
+                    and block.block_id not in block_hashes
                     and (block_mask is None or block_mask[offset])
                 ]
             if not positions:
@@ -371,10 +403,13 @@ class KVCacheHooks:
             else:
                 block_ids = [blocks[position].block_id for position in positions]
                 hashes = [request_hashes[position] for position in positions]
-            for block_id, block_hash in zip(block_ids, hashes, strict=True):
-                block_hashes[block_id] = block_hash
-                stored_ns[block_id] = now
-                num_hits[block_id] = 0
+            block_hashes.update(zip(block_ids, hashes, strict=True))
+            stored_ns.update(zip(block_ids, repeat(now), strict=False))
+            if self._fingerprints:
+                chain = self._fingerprints.chain(request, positions[-1] + 1)
+                fingerprints = map(chain.__getitem__, positions)
+                self._block_fingerprints.update(zip(block_ids, fingerprints, strict=True))
+                self._stored_by.update(zip(block_ids, repeat(request.request_id), strict=False))
             first = positions[0]
             record = Store(
                 self._next_seq(),
@@ -419,9 +454,8 @@ class KVCacheHooks:
                 return
             block_ids = list(map(_BLOCK_ID, blocks))
             ref_cnts = list(map(_REF_CNT, blocks))
-            back_in_queue = list(compress(block_ids, map(_IS_ZERO, ref_cnts)))
-            hashed = filter(None, map(block_hashes.__getitem__, back_in_queue))
-            self._num_cached_free += sum(1 for _ in hashed)
+            back_in_queue = compress(block_ids, map(_IS_ZERO, ref_cnts))
+            self._num_cached_free += sum(map(block_hashes.__contains__, back_in_queue))
             record = Free(self._next_seq(), self._clock(), self._request_id(), block_ids, ref_cnts)
             self._emit([record])
 
@@ -436,7 +470,7 @@ class KVCacheHooks:
             evicted = [
                 block_id
                 for block_id in sorted(block_ids)
-                if block_hashes[block_id] is not None and pool_blocks[block_id].block_hash is None
+                if block_id in block_hashes and pool_blocks[block_id].block_hash is None
             ]
             if not evicted:
                 return
@@ -453,8 +487,11 @@ class KVCacheHooks:
         def reset_prefix_cache() -> bool:
             done: bool = original()
             if done:
-                num_cleared = sum(1 for block_hash in block_hashes if block_hash is not None)
-                block_hashes[:] = [None] * len(block_hashes)
+                num_cleared = len(block_hashes)
+                for shadow in (block_hashes, self._stored_ns, self._num_hits):
+                    shadow.clear()
+                self._block_fingerprints.clear()
+                self._stored_by.clear()
                 self._num_cached_free = 0
                 self._emit([Reset(self._next_seq(), self._clock(), None, num_cleared)])
             return done

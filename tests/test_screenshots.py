@@ -12,7 +12,7 @@ from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screensh
 from tests.conftest import REPO, SAMPLE_RUN
 
 # url path -> charts the page must draw
-PAGES = {"": 2, "free_blocks": 1, "advisor": 5}
+PAGES = {"": 2, "free_blocks": 1, "vllm_kv_events": 0, "advisor": 5}
 
 
 def png_is_not_blank(path: Path) -> bool:

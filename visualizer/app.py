@@ -6,6 +6,9 @@ from pathlib import Path
 
 import streamlit as st
 
+from visualizer import live_refresh
+from visualizer.run_source import current_run
+
 PAGES = Path(__file__).parent / "pages"
 
 
@@ -14,9 +17,13 @@ def main() -> None:
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", default=True),
         st.Page(PAGES / "free_blocks.py", title="Free blocks"),
+        st.Page(PAGES / "vllm_kv_events.py", title="vLLM KV events"),
         st.Page(PAGES / "advisor.py", title="Advisor"),
     ]
-    st.navigation(pages).run()
+    navigation = st.navigation(pages)
+    with st.sidebar:
+        live_refresh.follow(current_run())
+    navigation.run()
 
 
 main()

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from collector.store import RunStore
+from collector.store import live_copy_path, open_readable
 
 SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
 RUN_PATH_KEY = "run_path"
@@ -35,11 +35,17 @@ def current_run() -> Path:
 
 
 @st.cache_resource(max_entries=4)
-def _connection(path: str, modified_ns: int) -> duckdb.DuckDBPyConnection:
-    del modified_ns  # part of the cache key: a rewritten file gets a fresh connection
-    return RunStore.open(Path(path)).connection
+def _connection(path: str, versions: tuple[int, int]) -> duckdb.DuckDBPyConnection:
+    del versions  # part of the cache key: a new version of the file gets a fresh connection
+    return open_readable(Path(path))[0].connection
+
+
+def _version(path: Path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
 
 
 def connect(path: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a run file (opened once per file version)."""
-    return _connection(str(path), path.stat().st_mtime_ns).cursor()
+    """A read-only connection to a run file, or to its live copy while it is being written
+    (opened once per version of either)."""
+    versions = (_version(path), _version(live_copy_path(path)))
+    return _connection(str(path), versions).cursor()

@@ -7,42 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from collector.commands.output import print_summary
+from collector.commands.replay_options import add_replay_options, replay_options
 
 
 def register(commands: Any) -> None:
-    from collector.block_manager import HASH_ALGOS
-    from collector.replay import TIMINGS
-    from collector.traces import FORMATS
-
     parser = commands.add_parser(
         "replay", help="replay a trace through vLLM's real KV cache manager into a run file"
     )
     parser.add_argument("trace", type=Path, help="Mooncake or kvscope request-trace JSONL")
     parser.add_argument("--out", type=Path, required=True, help="run file to create (.duckdb)")
-    parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
-    parser.add_argument(
-        "--num-blocks", type=int, default=20_000, help="blocks in the pool, null block included"
-    )
-    parser.add_argument("--hash-algo", choices=HASH_ALGOS, default="sha256")
-    parser.add_argument("--timing", choices=TIMINGS, default="sequential")
-    parser.add_argument(
-        "--max-num-seqs", type=int, default=256, help="running requests at most (timestamps)"
-    )
-    parser.add_argument("--step-ms", type=float, default=10.0, help="step time (timestamps)")
-    parser.add_argument(
-        "--prefill-us-per-token",
-        type=float,
-        default=25.0,
-        help="step time added per computed prompt token (timestamps)",
-    )
-    parser.add_argument("--format", choices=FORMATS, default="auto", dest="trace_format")
-    parser.add_argument("--limit", type=int, help="replay only the first N requests")
-    parser.add_argument(
-        "--record-token-ids", action="store_true", help="store prompt token ids (private!)"
-    )
-    parser.add_argument(
-        "--reveal-tenants", action="store_true", help="store tenant names, not pseudonyms"
-    )
+    add_replay_options(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=_run_replay)
@@ -51,21 +25,10 @@ def register(commands: Any) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from collector.block_manager import CacheSettings
-    from collector.replay import ReplayOptions, load_requests, replay
-    from collector.simulator import StepModel
+    from collector.replay import load_requests, replay
     from engine_hooks.privacy import load_secret
 
-    options = ReplayOptions(
-        settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo),
-        timing=args.timing,
-        max_num_seqs=args.max_num_seqs,
-        step_model=StepModel(args.step_ms, args.prefill_us_per_token),
-        trace_format=args.trace_format,
-        limit=args.limit,
-        record_token_ids=args.record_token_ids,
-        reveal_tenants=args.reveal_tenants,
-    )
+    options = replay_options(args)
     total = len(load_requests(args.trace, options))
     with tqdm(total=total, unit="req", disable=True if args.quiet else None) as bar:
         summary = replay(args.trace, args.out, options, load_secret(), progress=bar.update)

@@ -1,0 +1,93 @@
+"""`kvscope collect`: receive a live engine's block events into a run file."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def register(commands: Any) -> None:
+    from engine_hooks.config import default_endpoint
+
+    parser = commands.add_parser(
+        "collect", help="receive block events from engines running kvscope's plugin"
+    )
+    parser.add_argument("--db", type=Path, required=True, help="run file to create (.duckdb)")
+    parser.add_argument(
+        "--endpoint",
+        default=default_endpoint(),
+        help="where engines send (KVSCOPE_ENDPOINT): ipc://PATH (default) or tcp://127.0.0.1:PORT",
+    )
+    parser.add_argument(
+        "--live-interval", type=float, default=5.0, help="seconds between live copies"
+    )
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1")
+    parser.add_argument(
+        "--idle-exit", type=float, help="stop after this many seconds without a batch"
+    )
+    parser.add_argument(
+        "--vllm-kv-events",
+        metavar="ENDPOINT",
+        help="also subscribe to vLLM's own KV events (vllm serve --kv-events-config), "
+        "e.g. tcp://127.0.0.1:5557",
+    )
+    parser.add_argument(
+        "--vllm-kv-replay",
+        metavar="ENDPOINT",
+        help="vLLM's replay socket, to heal gaps (its replay_endpoint), e.g. tcp://127.0.0.1:5558",
+    )
+    parser.add_argument("--vllm-kv-topic", default="", help="the topic vLLM publishes on")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="for a run of vLLM KV events only: the engine's block size (the events do not "
+        "say the pool's size or hash algorithm)",
+    )
+    parser.set_defaults(handler=_run_collect)
+
+
+def _run_collect(args: argparse.Namespace) -> int:
+    from collector.exporter import serve_metrics
+    from collector.live_state import LiveState
+    from collector.receiver import Receiver
+    from collector.store import RunConfig
+    from collector.vllm_kv_subscriber import VllmKvEventSubscriber
+
+    state = LiveState()
+    sources: tuple[VllmKvEventSubscriber, ...] = ()
+    if args.vllm_kv_events:
+        sources = (
+            VllmKvEventSubscriber(args.vllm_kv_events, args.vllm_kv_replay, args.vllm_kv_topic),
+        )
+    receiver = Receiver(
+        args.db,
+        args.endpoint,
+        live_interval_s=args.live_interval,
+        observers=(state.observe,),
+        kv_event_sources=sources,
+        kv_event_run_config=RunConfig(
+            source="vllm-kv-events",
+            block_size=args.block_size,
+            num_blocks=0,
+            hash_algo="unknown",
+            vllm_version="unknown",
+            options={"endpoint": args.vllm_kv_events, "replay": args.vllm_kv_replay},
+        ),
+    )
+    if args.metrics_port is not None:
+        serve_metrics(state, args.metrics_port)
+    stop = threading.Event()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signal_number, lambda *_: stop.set())
+    print(f"kvscope collect: listening on {args.endpoint}, writing {args.db}", flush=True)
+    receiver.serve(stop, idle_exit_s=args.idle_exit)
+    print(
+        f"kvscope collect: {receiver.stats.records:,} records in {receiver.stats.batches:,} "
+        f"batches, {receiver.stats.missing_records:,} missing",
+        flush=True,
+    )
+    return 0

@@ -1,0 +1,66 @@
+"""The replay options (cache settings, timing, trace format), shared by every command that
+replays a trace: `kvscope replay` and `kvscope report`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collector.replay import ReplayOptions
+
+
+def add_replay_options(parser: argparse.ArgumentParser) -> None:
+    """Add --block-size, --num-blocks, --timing and the rest to a subcommand's parser."""
+    from collector.block_manager import HASH_ALGOS
+    from collector.replay import TIMINGS
+    from collector.traces import FORMATS
+
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
+    parser.add_argument(
+        "--num-blocks", type=int, default=20_000, help="blocks in the pool, null block included"
+    )
+    parser.add_argument("--hash-algo", choices=HASH_ALGOS, default="sha256")
+    parser.add_argument("--timing", choices=TIMINGS, default="sequential")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="running requests at most (timestamps)"
+    )
+    parser.add_argument("--step-ms", type=float, default=10.0, help="step time (timestamps)")
+    parser.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=25.0,
+        help="step time added per computed prompt token (timestamps)",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="auto", dest="trace_format")
+    parser.add_argument("--limit", type=int, help="replay only the first N requests")
+    parser.add_argument(
+        "--record-token-ids", action="store_true", help="store prompt token ids (private!)"
+    )
+    parser.add_argument(
+        "--reveal-tenants", action="store_true", help="store tenant names, not pseudonyms"
+    )
+    parser.add_argument(
+        "--check-collisions",
+        action="store_true",
+        help="fingerprint every cached block and check each prefix hit against it",
+    )
+
+
+def replay_options(args: argparse.Namespace) -> ReplayOptions:
+    """The ReplayOptions the parsed arguments describe."""
+    from collector.block_manager import CacheSettings
+    from collector.replay import ReplayOptions
+    from collector.simulator import StepModel
+
+    return ReplayOptions(
+        settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo),
+        timing=args.timing,
+        max_num_seqs=args.max_num_seqs,
+        step_model=StepModel(args.step_ms, args.prefill_us_per_token),
+        trace_format=args.trace_format,
+        limit=args.limit,
+        record_token_ids=args.record_token_ids,
+        reveal_tenants=args.reveal_tenants,
+        check_collisions=args.check_collisions,
+    )

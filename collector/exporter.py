@@ -1,0 +1,117 @@
+"""Prometheus metrics of a live run: a custom Collector over `LiveState`, registry passed in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from collector.live_state import LiveState
+
+_BLOCK_STATES = ("free", "cached_free", "in_use")
+
+
+class KvscopeMetrics(Collector):
+    """Builds fresh metric families from the live state at every scrape."""
+
+    def __init__(self, state: LiveState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.state
+        with state.lock:
+            yield from self._request_metrics()
+            total_queries = sum(state.query_tokens.values())
+            ratio = GaugeMetricFamily(
+                "kvscope_prefix_cache_hit_ratio",
+                "Prefix-cache hit tokens / looked-up tokens over the run so far.",
+            )
+            ratio.add_metric(
+                [], sum(state.hit_tokens.values()) / total_queries if total_queries else 0.0
+            )
+            yield ratio
+            blocks = GaugeMetricFamily(
+                "kvscope_kv_cache_blocks",
+                "KV cache blocks by state after the latest scheduler step (free includes "
+                "cached_free; the null block is not counted).",
+                labels=["engine", "dp_rank", "state"],
+            )
+            for (engine, dp_rank), values in sorted(state.pool.items()):
+                free, cached_free, in_use = values
+                for name, value in zip(_BLOCK_STATES, (free, cached_free, in_use), strict=True):
+                    blocks.add_metric([engine, str(dp_rank), name], value)
+            yield blocks
+            for name, documentation, value in (
+                ("kvscope_block_hits", "Cached blocks reused by requests.", state.block_hits),
+                (
+                    "kvscope_block_stores",
+                    "Blocks whose hash entered the prefix cache.",
+                    state.block_stores,
+                ),
+                (
+                    "kvscope_block_evictions",
+                    "Cached blocks evicted for reuse.",
+                    state.block_evictions,
+                ),
+                (
+                    "kvscope_collisions",
+                    "Prefix hits that served another prompt's KV.",
+                    state.collisions,
+                ),
+                (
+                    "kvscope_missing_records",
+                    "Records the collector never received (gaps in sequence numbers).",
+                    state.missing_records,
+                ),
+            ):
+                counter = CounterMetricFamily(name, documentation)
+                counter.add_metric([], value)
+                yield counter
+            dropped = CounterMetricFamily(
+                "kvscope_engine_dropped_records",
+                "Records an engine dropped: its buffer was full, or the collector was absent "
+                "or slow.",
+                labels=["engine", "dp_rank", "stage"],
+            )
+            for (engine, dp_rank), (in_buffer, in_transport) in sorted(
+                state.engine_dropped.items()
+            ):
+                dropped.add_metric([engine, str(dp_rank), "buffer"], in_buffer)
+                dropped.add_metric([engine, str(dp_rank), "transport"], in_transport)
+            yield dropped
+
+    def _request_metrics(self) -> Iterator[Metric]:
+        state = self.state
+        for name, documentation, counts in (
+            (
+                "kvscope_prefix_cache_requests",
+                "Requests admitted (first admissions).",
+                state.requests,
+            ),
+            (
+                "kvscope_prefix_cache_query_tokens",
+                "Prompt tokens looked up in the prefix cache.",
+                state.query_tokens,
+            ),
+            (
+                "kvscope_prefix_cache_hit_tokens",
+                "Prompt tokens served from the prefix cache.",
+                state.hit_tokens,
+            ),
+        ):
+            family = CounterMetricFamily(name, documentation, labels=["tenant", "lora"])
+            for (tenant, lora), value in sorted(counts.items()):
+                family.add_metric([tenant, lora], value)
+            yield family
+
+
+def serve_metrics(
+    state: LiveState, port: int, registry: CollectorRegistry | None = None
+) -> CollectorRegistry:
+    """Register the metrics in `registry` (a fresh one by default) and serve them on 127.0.0.1."""
+    registry = registry or CollectorRegistry()
+    registry.register(KvscopeMetrics(state))
+    start_http_server(port, addr="127.0.0.1", registry=registry)
+    return registry

@@ -1,0 +1,215 @@
+"""`kvscope collect`: receives engines' record batches over ZMQ and writes one run file.
+
+DuckDB allows one writing process per file, and while it writes, no other process can open
+the file, not even read-only. So the receiver is the only process that opens the run file,
+and for readers (the app's live view) it publishes a consistent copy, `RUN.duckdb.live`,
+every `live_interval_s` seconds while records arrive: readers never touch the file being
+written, and never see a lock error. When the receiver stops, it finalizes the run file
+and removes the copy.
+
+A batch is acknowledged to its engine only after its records are committed. A gap in an
+engine's record numbers (records its buffer refused, or batches lost on the way) is stored
+as a `drop` record at the first missing number, saying how many records are missing.
+
+The same receiver can also subscribe to vLLM's own KV events (`VllmKvEventSubscriber`) and
+store them in the same run file, from the same thread: DuckDB's one writer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from collector.store import RunConfig, RunStore, StoreError, live_copy_path
+from collector.vllm_kv_conflicts import HashConflictDetector
+from collector.vllm_kv_ingest import append_vllm_batches
+from collector.vllm_kv_subscriber import VllmKvEventSubscriber
+from engine_hooks.events import Drop, Event, decoder
+from engine_hooks.transport import Ack, BatchHeader
+
+BatchObserver = Callable[[BatchHeader, list[Event]], None]
+
+
+@dataclass
+class _EngineStream:
+    next_seq: int = 0
+    last_batch: int = -1
+
+
+@dataclass
+class ReceiverStats:
+    batches: int = 0
+    records: int = 0
+    missing_records: int = 0
+    snapshots: int = 0
+    engines: dict[tuple[str, int], _EngineStream] = field(default_factory=dict)
+
+
+class Receiver:
+    """Binds a ROUTER socket and turns every batch it receives into rows of one run file."""
+
+    def __init__(
+        self,
+        run_path: Path,
+        endpoint: str,
+        *,
+        live_interval_s: float = 5.0,
+        observers: tuple[BatchObserver, ...] = (),
+        kv_event_sources: tuple[VllmKvEventSubscriber, ...] = (),
+        kv_event_run_config: RunConfig | None = None,
+    ) -> None:
+        if run_path.exists():
+            raise StoreError(f"{run_path}: already exists; kvscope does not overwrite runs")
+        self.run_path = run_path
+        self.endpoint = endpoint
+        self.live_interval_s = live_interval_s
+        self.observers = observers
+        self.stats = ReceiverStats()
+        self.store: RunStore | None = None
+        self.kv_event_sources = kv_event_sources
+        self._kv_event_run_config = kv_event_run_config
+        self._conflicts = HashConflictDetector()
+        self._header_decoder = msgspec.msgpack.Decoder(BatchHeader)
+        self._records_decoder = decoder()
+        self._encoder = msgspec.msgpack.Encoder()
+        self._socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.bind(endpoint)
+        self._last_snapshot = time.monotonic()
+        self._dirty = False
+
+    def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
+        """Receive until `stop` is set (or nothing arrived for `idle_exit_s`), then finalize."""
+        last_batch_at = time.monotonic()
+        try:
+            while not stop.is_set():
+                wait_ms = 50 if self.kv_event_sources else 100
+                received = bool(self._socket.poll(wait_ms)) and self._receive_available()
+                received = self._receive_kv_events(poll_ms=wait_ms) or received
+                if received:
+                    last_batch_at = time.monotonic()
+                elif idle_exit_s is not None and time.monotonic() - last_batch_at > idle_exit_s:
+                    break
+                if self._dirty and time.monotonic() - self._last_snapshot > self.live_interval_s:
+                    self.publish_snapshot()
+            self._receive_available()
+            for source in self.kv_event_sources:
+                self._store_kv_events(source.catch_up(), source)
+        finally:
+            self.close()
+
+    def _receive_kv_events(self, poll_ms: int) -> bool:
+        """Store what vLLM's own KV event streams delivered (and any gaps they found)."""
+        received = False
+        for source in self.kv_event_sources:
+            received = self._store_kv_events(source.poll(poll_ms), source) or received
+        return received
+
+    def _store_kv_events(self, batches: list[Any], source: VllmKvEventSubscriber) -> bool:
+        gaps = source.take_gaps()
+        if not batches and not gaps:
+            return False
+        if self.store is None:
+            if self._kv_event_run_config is None:
+                raise StoreError("vLLM KV events arrived, but no run configuration was given")
+            self.store = RunStore.create(self.run_path, self._kv_event_run_config)
+        self.store.flush()  # the engines' records first: one writer, one order
+        append_vllm_batches(self.store, batches, gaps, self._conflicts)
+        self._dirty = True
+        return True
+
+    def _receive_available(self) -> bool:
+        """Take every waiting message, commit them in one transaction, then acknowledge."""
+        acks: dict[bytes, int] = {}
+        while self._socket.poll(0):
+            identity, header_frame, records_frame = self._socket.recv_multipart()
+            header = self._header_decoder.decode(header_frame)
+            records = self._records_decoder.decode(records_frame)
+            self._store_batch(header, records)
+            acks[identity] = header.batch_seq
+        if not acks:
+            return False
+        assert self.store is not None
+        self.store.flush()
+        self._dirty = True
+        for identity, batch_seq in acks.items():
+            self._socket.send_multipart([identity, self._encoder.encode(Ack(batch_seq))])
+        return True
+
+    def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:
+        if self.store is None:
+            self.store = RunStore.create(self.run_path, _run_config(header))
+        stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
+        stream.last_batch = header.batch_seq
+        drops = _gaps(stream, records, header)
+        self.stats.missing_records += sum(drop.num_lost for drop in drops)
+        self.stats.batches += 1
+        self.stats.records += len(records)
+        stored: list[Event] = [*records, *drops]
+        self.store.append(stored)
+        for observe in self.observers:
+            observe(header, stored)
+
+    def publish_snapshot(self) -> None:
+        """Refresh the derived tables and publish a readable copy of the run file."""
+        if self.store is None:
+            return
+        self.store.refresh_derived()
+        self.store.copy_to(live_copy_path(self.run_path))
+        self.stats.snapshots += 1
+        self._last_snapshot = time.monotonic()
+        self._dirty = False
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+        for source in self.kv_event_sources:
+            source.close()
+        if self.store is None:
+            return
+        self.store.finalize()
+        self.store.close()
+        self.store = None
+        live_copy_path(self.run_path).unlink(missing_ok=True)
+
+
+def _gaps(stream: _EngineStream, records: list[Event], header: BatchHeader) -> list[Drop]:
+    """Drop records for every jump in `seq`, updating the stream's next expected number."""
+    drops: list[Drop] = []
+    expected = stream.next_seq
+    for record in records:
+        if record.seq > expected:
+            drops.append(
+                Drop(
+                    expected,
+                    record.ts_ns,
+                    None,
+                    record.seq - expected,
+                    engine_id=header.engine_id,
+                    dp_rank=header.dp_rank,
+                )
+            )
+        expected = max(expected, record.seq + 1)
+    stream.next_seq = expected
+    return drops
+
+
+def _run_config(header: BatchHeader) -> RunConfig:
+    config: dict[str, Any] = dict(header.config)
+    return RunConfig(
+        source="engine",
+        trace=None,
+        timing=None,
+        block_size=int(config.pop("block_size")),
+        num_blocks=int(config.pop("num_blocks")),
+        hash_algo=str(config.pop("hash_algo")),
+        vllm_version=str(config.pop("vllm_version")),
+        max_num_seqs=int(config.pop("max_num_seqs", 0)) or None,
+        options={"engine_id": header.engine_id, **config},
+    )

@@ -1,0 +1,121 @@
+"""What the report reads from one run file: its figures, and the series its charts draw."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from collector import queries
+from collector.store import RunStore
+from collector.summary import run_summary
+
+HIT_RATE_BUCKETS = 60
+POOL_POINTS = 600
+NO_LORA = "(none)"
+EVICTION_POINTS = 300
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures: `run_summary`, eviction regret, free-block extremes, tenants."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    regret: dict[str, float | int]
+    free_blocks: dict[str, float | int]
+    tenants: list[dict[str, Any]]
+
+    @property
+    def evictions_per_request(self) -> float:
+        requests = self.summary["requests"]
+        return float(self.summary["evictions"] / requests) if requests else 0.0
+
+    @property
+    def min_free_share(self) -> float:
+        usable = self.free_blocks["usable_blocks"]
+        return float(self.free_blocks["min_free_blocks"] / usable) if usable else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every figure, as JSON-ready values."""
+        return {
+            "path": str(self.path),
+            "config": self.config,
+            "summary": self.summary,
+            "evictions_per_request": self.evictions_per_request,
+            "eviction_regret": self.regret,
+            "free_blocks": {**self.free_blocks, "min_free_share": self.min_free_share},
+            "tenants": self.tenants,
+        }
+
+
+@dataclass(frozen=True)
+class RunSeries:
+    """One run's series over time, for the report's charts."""
+
+    hit_rate: pd.DataFrame
+    pool: pd.DataFrame
+    evictions: pd.DataFrame
+    usable_blocks: int
+
+
+def read_run(path: Path, regret_within_s: float | None) -> tuple[RunFigures, RunSeries]:
+    """Open a run file (schema checked) and read its figures and series."""
+    store = RunStore.open(path)
+    try:
+        connection = store.connection
+        free_blocks = queries.free_block_extremes(connection)
+        figures = RunFigures(
+            path=path,
+            config=_plain_config(queries.run_config(connection)),
+            summary=run_summary(connection),
+            regret=queries.eviction_regret_summary(connection, regret_within_s),
+            free_blocks=free_blocks,
+            tenants=_tenant_rows(queries.tenant_hit_ratios(connection)),
+        )
+        series = RunSeries(
+            hit_rate=queries.hit_rate_over_time(connection, HIT_RATE_BUCKETS),
+            pool=queries.pool_timeline(connection, POOL_POINTS),
+            evictions=queries.event_times(connection, "evict", EVICTION_POINTS),
+            usable_blocks=int(free_blocks["usable_blocks"]),
+        )
+    finally:
+        store.close()
+    return figures, series
+
+
+def _plain_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The runs row with times as ISO text and options decoded."""
+    plain = dict(config)
+    for name, value in config.items():
+        if isinstance(value, datetime):
+            plain[name] = value.isoformat()
+    if isinstance(plain.get("options"), str):
+        plain["options"] = json.loads(plain["options"])
+    return plain
+
+
+def _tenant_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per tenant and adapter: counts as ints, the hit ratio as a float."""
+    return [
+        {
+            "tenant": str(row["tenant"]),
+            "lora": str(row["lora"]),
+            "requests": int(row["requests"]),
+            "prompt_tokens": int(row["prompt_tokens"]),
+            "hit_tokens": int(row["hit_tokens"]),
+            "hit_ratio": float(row["hit_ratio"]),
+        }
+        for row in frame.to_dict("records")
+    ]
+
+
+def tenant_label(row: dict[str, Any]) -> str:
+    """`tenant`, or `tenant/adapter` for requests that ran with a LoRA adapter."""
+    tenant, lora = row["tenant"], row["lora"]
+    return str(tenant) if lora == NO_LORA else f"{tenant}/{lora}"

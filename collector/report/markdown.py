@@ -1,0 +1,121 @@
+"""The report as Markdown, sized for a pull-request comment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collector.report.checks import FAIL, PASS, Check
+from collector.report.comparison import Comparison
+from collector.report.figures import RunFigures
+from collector.report.formatting import format_change, format_limit, format_value
+
+# A workflow finds its earlier comment by this line and edits it instead of adding another.
+MARKER = "<!-- kvscope-report -->"
+ICONS = {PASS: "✅", FAIL: "❌"}
+SKIPPED_ICON = "⏭️"
+
+
+def render_markdown(comparison: Comparison) -> str:
+    """Verdict, the checks table, notes, and the two runs side by side (folded)."""
+    lines = [MARKER, _heading(comparison), ""]
+    if comparison.regressed:
+        names = ", ".join(_code(check.name) for check in comparison.regressed)
+        lines += [f"Regressed: {names}", ""]
+    lines += [
+        "| | check | baseline | candidate | change | limit |",
+        "| :-: | --- | --: | --: | --: | --- |",
+        *(_check_row(check) for check in comparison.checks),
+        "",
+    ]
+    if comparison.notes:
+        lines += ["Notes:", *(f"- {_escape(note)}" for note in comparison.notes), ""]
+    lines += _runs_table(comparison.baseline, comparison.candidate)
+    source = comparison.thresholds_source
+    thresholds = "kvscope's defaults" if source == "defaults" else _code(source)
+    lines += [
+        f"Thresholds: {thresholds}. `kvscope report` wrote the HTML report (charts), "
+        "junit.xml and figures.json beside this Markdown.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _heading(comparison: Comparison) -> str:
+    total = sum(1 for check in comparison.checks if check.status != "skip")
+    if comparison.regressed:
+        count = len(comparison.regressed)
+        return f"### ❌ kvscope: prefix caching regressed ({count} of {total} checks failed)"
+    return f"### ✅ kvscope: prefix caching holds ({total} checks passed)"
+
+
+def _check_row(check: Check) -> str:
+    icon = ICONS.get(check.status, SKIPPED_ICON)
+    limit = f"skipped: {check.reason}" if check.status == "skip" else format_limit(check)
+    cells = [
+        icon,
+        f"{_escape(check.title)} ({_code(check.name)})",
+        format_value(check.baseline, check.unit),
+        format_value(check.candidate, check.unit),
+        format_change(check),
+        _escape(limit),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+_RUN_LABELS = (
+    "run file",
+    "source",
+    "block size, blocks, hash",
+    "requests",
+    "prompt tokens",
+    "hit tokens",
+    "evictions",
+    "preemptions",
+    "fewest free blocks",
+    "vLLM",
+)
+_RUN_COUNTS = ("requests", "prompt_tokens", "hit_tokens", "evictions", "preemptions")
+
+
+def _runs_table(baseline: RunFigures, candidate: RunFigures) -> list[str]:
+    lines = [
+        "<details><summary>The two runs</summary>",
+        "",
+        "| | baseline | candidate |",
+        "| --- | --: | --: |",
+    ]
+    columns = zip(_RUN_LABELS, _run_cells(baseline), _run_cells(candidate), strict=True)
+    lines += [f"| {label} | {old} | {new} |" for label, old, new in columns]
+    return [*lines, "", "</details>", ""]
+
+
+def _run_cells(run: RunFigures) -> list[str]:
+    summary, free_blocks, config = run.summary, run.free_blocks, run.config
+    if config.get("source") == "replay" and config.get("trace"):
+        source = f"replay of {_code(Path(str(config['trace'])).name)} ({config.get('timing')})"
+    else:
+        source = _escape(str(config.get("source")))
+    return [
+        _code(run.path.name),
+        source,
+        f"{summary['block_size']}, {summary['num_blocks']:,}, {summary['hash_algo']}",
+        *(format_value(summary[name], "count") for name in _RUN_COUNTS),
+        f"{free_blocks['min_free_blocks']:,} of {free_blocks['usable_blocks']:,}",
+        _escape(str(config.get("vllm_version"))),
+    ]
+
+
+def _code(text: str) -> str:
+    """Text as a code span inside a table cell."""
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _escape(text: str) -> str:
+    """Text safe inside a table cell: no pipes, no line breaks, no raw HTML."""
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("|", "\\|")
+        .replace("\n", " ")
+    )

@@ -1,0 +1,202 @@
+"""Finds two different blocks published under one block hash in vLLM's KV events.
+
+By default vLLM publishes only the low 64 bits of each block hash. Every consumer that keys
+on them (a KV-aware router, an external cache index, kvscope) then treats two blocks whose
+hashes agree in those bits as one, although vLLM itself keeps them apart by the full hash.
+BlockStored carries what the hash was computed from (parent hash, token ids, extra keys), so
+a consumer can check: the same hash with another parent, other tokens or other keys is a
+conflict. With vLLM's sha256 the chance is about n^2 / 2^65 for n distinct blocks.
+
+What the detector remembers: each (KV cache group, hash) from its BlockStored until every
+holder (DP rank, medium) that stored it has removed it (BlockRemoved), cleared its cache
+(AllBlocksCleared) or restarted. That is the window in which a consumer's index maps the
+hash to that block. It keeps a 16-byte digest of the tokens, not the tokens (unless asked to): about
+420 bytes per cached block, some 5 us per stored block. A hash that one holder caches twice
+at once (two requests computing the same prefix together) is forgotten at its first removal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from collector.vllm_kv_wire import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    ReceivedBatch,
+    WireBlockHash,
+    hash64,
+)
+
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def _digest(value: object) -> bytes:
+    return hashlib.blake2b(_ENCODER.encode(value), digest_size=16).digest()
+
+
+class BlockDescription(msgspec.Struct, frozen=True, gc=False):
+    """What one BlockStored says a block is, and where it came from."""
+
+    parent_hash: WireBlockHash | None
+    tokens_digest: bytes
+    keys_digest: bytes | None  # extra keys and lookahead tokens; None when there are none
+    num_tokens: int
+    lora_name: str | None
+    dp_rank: int | None
+    epoch: int
+    seq: int
+    ts_ns: int
+    token_ids: tuple[int, ...] | None
+
+    def differences(self, other: BlockDescription) -> tuple[str, ...]:
+        """Which parts of two descriptions disagree: parent, tokens, keys."""
+        parts = (
+            ("parent", self.parent_hash != other.parent_hash),
+            ("tokens", self.tokens_digest != other.tokens_digest),
+            (
+                "keys",
+                self.keys_digest != other.keys_digest or self.lora_name != other.lora_name,
+            ),
+        )
+        return tuple(name for name, differs in parts if differs)
+
+
+@dataclass(frozen=True, slots=True)
+class HashConflict:
+    """Two different blocks under one published hash, in one KV cache group."""
+
+    block_hash: WireBlockHash
+    group_idx: int | None
+    differs: tuple[str, ...]
+    first: BlockDescription
+    second: BlockDescription
+
+
+Holder = tuple[int | None, str | None]  # (DP rank, medium)
+Signature = tuple[WireBlockHash | None, bytes, bytes | None, str | None]
+
+
+class _Entry(msgspec.Struct, gc=False):
+    description: BlockDescription
+    holders: tuple[Holder, ...]  # a tuple, not a set: one holder is the rule, sets are big
+    reported: set[Signature] | None = None
+
+
+class HashConflictDetector:
+    """Watches BlockStored / BlockRemoved / AllBlocksCleared, in order, for hash conflicts.
+
+    `record_token_ids` keeps each cached block's token ids so a conflict names them (private:
+    off by default; conflicts then carry digests only).
+    """
+
+    def __init__(self, record_token_ids: bool = False) -> None:
+        self.record_token_ids = record_token_ids
+        self.num_blocks_checked = 0
+        self._entries: dict[tuple[int | None, WireBlockHash], _Entry] = {}
+        self._epochs: dict[int | None, int] = {}
+
+    @property
+    def num_tracked(self) -> int:
+        """Hashes remembered now (cached somewhere, as far as the events tell)."""
+        return len(self._entries)
+
+    def observe(self, batches: Sequence[ReceivedBatch]) -> list[HashConflict]:
+        """Feed batches in sequence order; returns the conflicts they reveal."""
+        conflicts: list[HashConflict] = []
+        for received in batches:
+            batch = received.batch
+            if received.epoch != self._epochs.setdefault(batch.data_parallel_rank, received.epoch):
+                # A restarted engine starts with an empty cache, and says nothing about it.
+                self._epochs[batch.data_parallel_rank] = received.epoch
+                self._on_cleared(batch.data_parallel_rank)
+            ts_ns = round(batch.ts * 1e9)
+            for event in batch.events:
+                if isinstance(event, BlockStored):
+                    conflicts.extend(self._on_stored(received, event, ts_ns))
+                elif isinstance(event, BlockRemoved):
+                    self._on_removed(batch.data_parallel_rank, event)
+                elif isinstance(event, AllBlocksCleared):
+                    self._on_cleared(batch.data_parallel_rank)
+        return conflicts
+
+    def _on_stored(
+        self, received: ReceivedBatch, event: BlockStored, ts_ns: int
+    ) -> list[HashConflict]:
+        conflicts = []
+        holder = (received.batch.data_parallel_rank, event.medium)
+        for position, block_hash in enumerate(event.block_hashes):
+            description = self._describe(received, event, position, ts_ns)
+            key = (event.group_idx, _key_hash(block_hash))
+            self.num_blocks_checked += 1
+            entry = self._entries.get(key)
+            if entry is None:
+                self._entries[key] = _Entry(description, (holder,))
+                continue
+            if holder not in entry.holders:
+                entry.holders = (*entry.holders, holder)
+            differs = entry.description.differences(description)
+            signature = (
+                description.parent_hash,
+                description.tokens_digest,
+                description.keys_digest,
+                description.lora_name,
+            )
+            if differs and signature not in (entry.reported or ()):
+                entry.reported = (entry.reported or set()) | {signature}
+                conflicts.append(
+                    HashConflict(
+                        block_hash, event.group_idx, differs, entry.description, description
+                    )
+                )
+        return conflicts
+
+    def _describe(
+        self, received: ReceivedBatch, event: BlockStored, position: int, ts_ns: int
+    ) -> BlockDescription:
+        size = event.block_size
+        tokens = event.token_ids[position * size : (position + 1) * size]
+        parent = event.parent_block_hash if position == 0 else event.block_hashes[position - 1]
+        extra_keys = event.extra_keys[position] if event.extra_keys else None
+        lookahead = event.lookahead_token_ids[position] if event.lookahead_token_ids else None
+        return BlockDescription(
+            parent_hash=None if parent is None else _key_hash(parent),
+            tokens_digest=_digest(tokens),
+            keys_digest=None
+            if extra_keys is None and lookahead is None
+            else _digest((extra_keys, lookahead)),
+            num_tokens=len(tokens),
+            lora_name=event.lora_name,
+            dp_rank=received.batch.data_parallel_rank,
+            epoch=received.epoch,
+            seq=received.seq,
+            ts_ns=ts_ns,
+            token_ids=tuple(tokens) if self.record_token_ids else None,
+        )
+
+    def _on_removed(self, dp_rank: int | None, event: BlockRemoved) -> None:
+        holder = (dp_rank, event.medium)
+        for block_hash in event.block_hashes:
+            key = (event.group_idx, _key_hash(block_hash))
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            entry.holders = tuple(other for other in entry.holders if other != holder)
+            if not entry.holders:
+                del self._entries[key]
+
+    def _on_cleared(self, dp_rank: int | None) -> None:
+        for key in list(self._entries):
+            entry = self._entries[key]
+            entry.holders = tuple(holder for holder in entry.holders if holder[0] != dp_rank)
+            if not entry.holders:
+                del self._entries[key]
+
+
+def _key_hash(block_hash: WireBlockHash) -> WireBlockHash:
+    """Ints as vLLM's 64-bit form; full hash bytes stay whole (no 64-bit risk there)."""
+    return block_hash if isinstance(block_hash, bytes) else hash64(block_hash)

@@ -1,0 +1,63 @@
+"""Capture settings, read from the environment of the vLLM process (documented in README.md)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+def default_endpoint() -> str:
+    """A per-user IPC socket: local-only by construction."""
+    return f"ipc:///tmp/kvscope-{os.getuid()}.ipc"
+
+
+def _flag(environment: Mapping[str, str], name: str, default: bool) -> bool:
+    value = environment.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """What the plugin does inside the engine; `enabled` False means nothing at all."""
+
+    enabled: bool = False
+    endpoint: str = ""
+    engine_id: str = ""
+    check_collisions: bool = True
+    record_token_ids: bool = False
+    reveal_tenants: bool = False
+    tenant_from_salt: bool = False
+    buffer_capacity: int = 500_000
+    flush_timeout_s: float = 5.0
+
+    @classmethod
+    def from_environment(cls, environment: Mapping[str, str] | None = None) -> CaptureConfig:
+        """KVSCOPE_CAPTURE=1 switches capture on; the other KVSCOPE_* variables tune it."""
+        env = os.environ if environment is None else environment
+        endpoint = env.get("KVSCOPE_ENDPOINT") or default_endpoint()
+        if not endpoint.startswith(("ipc://", "tcp://")):
+            raise ValueError(
+                f"KVSCOPE_ENDPOINT={endpoint!r}: expected ipc://PATH or tcp://HOST:PORT"
+            )
+        tenant_from = env.get("KVSCOPE_TENANT_FROM", "extra_args")
+        if tenant_from not in ("extra_args", "salt"):
+            raise ValueError(f"KVSCOPE_TENANT_FROM={tenant_from!r}: expected extra_args or salt")
+        return cls(
+            enabled=_flag(env, "KVSCOPE_CAPTURE", False),
+            endpoint=endpoint,
+            engine_id=env.get("KVSCOPE_ENGINE_ID") or f"{socket.gethostname()}:{os.getpid()}",
+            check_collisions=_flag(env, "KVSCOPE_CHECK_COLLISIONS", True),
+            record_token_ids=_flag(env, "KVSCOPE_RECORD_TOKEN_IDS", False),
+            reveal_tenants=_flag(env, "KVSCOPE_REVEAL_TENANTS", False),
+            tenant_from_salt=tenant_from == "salt",
+            buffer_capacity=int(env.get("KVSCOPE_BUFFER_CAPACITY", "500000")),
+            flush_timeout_s=float(env.get("KVSCOPE_FLUSH_TIMEOUT_S", "5")),
+        )

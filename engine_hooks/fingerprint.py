@@ -1,0 +1,51 @@
+"""Independent strong fingerprints of block contents, for catching wrong prefix reuse.
+
+A block's fingerprint is BLAKE2b-128 over its parent's fingerprint, its token ids and its
+extra keys (what vLLM mixes into its own hash: LoRA, multimodal inputs, cache salt, prompt
+embeddings, computed by vLLM's own `generate_block_hash_extra_keys`). Two blocks with the
+same fingerprint hold the same prefix; a prefix hit whose cached block carries another
+fingerprint than the request's own is a collision: another prompt's KV served for this one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from typing import Any
+
+FINGERPRINT_BYTES = 16
+_ROOT = b"\x00" * FINGERPRINT_BYTES
+
+
+class BlockFingerprints:
+    """Per running request, the fingerprint chain of its blocks, computed as far as needed."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._chains: dict[str, list[bytes]] = {}
+
+    def chain(self, request: Any, num_blocks: int) -> list[bytes]:
+        """The fingerprints of the request's first `num_blocks` blocks (cached per request)."""
+        from vllm.v1.core.kv_cache_utils import generate_block_hash_extra_keys
+
+        chain = self._chains.setdefault(request.request_id, [])
+        if len(chain) >= num_blocks:
+            return chain
+        token_ids = request.all_token_ids
+        block_size = self.block_size
+        parent = chain[-1] if chain else _ROOT
+        for position in range(len(chain), num_blocks):
+            start = position * block_size
+            # Index 0: vLLM's helper skips multimodal inputs that end before the block.
+            extra_keys, _ = generate_block_hash_extra_keys(request, start, start + block_size, 0)
+            digest = hashlib.blake2b(parent, digest_size=FINGERPRINT_BYTES)
+            digest.update(array("q", token_ids[start : start + block_size]).tobytes())
+            if extra_keys is not None:
+                digest.update(repr(extra_keys).encode())
+            parent = digest.digest()
+            chain.append(parent)
+        return chain
+
+    def forget(self, request_id: str) -> None:
+        """Drop a request's chain (it finished or was preempted)."""
+        self._chains.pop(request_id, None)

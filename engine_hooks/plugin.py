@@ -1,0 +1,201 @@
+"""kvscope's vLLM plugin (entry point group `vllm.general_plugins`).
+
+The capture of a scheduler is reachable as `scheduler.kvscope_capture` (its hooks, buffer and
+transport counters), for operators who want to look inside a running engine.
+
+vLLM calls `register()` in every process it starts. With KVSCOPE_CAPTURE unset or 0 it
+returns at once and changes nothing. With capture on, it wraps `Scheduler.__init__` so that
+the engine-core process, right after building its scheduler, attaches kvscope's hooks to
+that scheduler's KV cache manager and starts the transport to `kvscope collect`. Anything
+unexpected (an unsupported vLLM version, an unsupported KV cache layout, a bad setting) is
+logged as one error line and the engine runs on without capture.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import time
+from typing import Any
+
+from engine_hooks.buffer import EventBuffer
+from engine_hooks.config import CaptureConfig
+from engine_hooks.hooks import KVCacheHooks
+from engine_hooks.privacy import Pseudonymizer, load_secret
+from engine_hooks.transport import Transport
+
+logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
+
+SUPPORTED_VLLM = ("0.33.",)
+TENANT_ARGUMENT = "kvscope_tenant"
+_PATCHED = "_kvscope_patched"
+
+
+def register() -> None:
+    """Entry point: switch capture on in this process if the environment asks for it."""
+    try:
+        config = CaptureConfig.from_environment()
+    except ValueError as error:
+        logger.error("kvscope: capture disabled: %s", error)
+        return
+    if not config.enabled:
+        return
+    try:
+        import vllm
+        from vllm.v1.core.sched.scheduler import Scheduler
+    except ImportError as error:
+        logger.error("kvscope: capture disabled: cannot import vLLM's v1 scheduler: %s", error)
+        return
+    if not str(vllm.__version__).startswith(SUPPORTED_VLLM):
+        logger.error(
+            "kvscope: capture disabled: vLLM %s is not supported (kvscope supports %s)",
+            vllm.__version__,
+            ", ".join(f"{prefix}x" for prefix in SUPPORTED_VLLM),
+        )
+        return
+    if getattr(Scheduler.__init__, _PATCHED, False):
+        return
+    original_init = Scheduler.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        try:
+            # Read again: the settings in force when this engine is built are the ones it uses.
+            engine_config = CaptureConfig.from_environment()
+            if engine_config.enabled:
+                self.kvscope_capture = Capture(self, engine_config).start()
+        except Exception as error:  # the engine must run on, with or without kvscope
+            logger.error("kvscope: capture disabled for this engine: %s", error)
+
+    setattr(__init__, _PATCHED, True)
+    Scheduler.__init__ = __init__  # type: ignore[method-assign]
+
+
+class Capture:
+    """kvscope inside one scheduler: hooks on its KV cache manager, request context, transport."""
+
+    def __init__(self, scheduler: Any, config: CaptureConfig) -> None:
+        self.scheduler = scheduler
+        self.config = config
+        vllm_config = scheduler.vllm_config
+        dp_rank = int(vllm_config.parallel_config.data_parallel_rank or 0)
+        self.buffer = EventBuffer(config.buffer_capacity)
+        self.pseudonymizer = Pseudonymizer(load_secret(), reveal_tenants=config.reveal_tenants)
+        self.hooks = KVCacheHooks(
+            scheduler.kv_cache_manager,
+            self.buffer,
+            pseudonymizer=self.pseudonymizer,
+            clock=time.monotonic_ns,
+            engine_id=config.engine_id,
+            dp_rank=dp_rank,
+            record_token_ids=config.record_token_ids,
+            check_collisions=config.check_collisions,
+        )
+        self.transport = Transport(
+            self.buffer,
+            config.endpoint,
+            engine_id=config.engine_id,
+            dp_rank=dp_rank,
+            config=self._run_config(),
+            lost_in_engine=lambda: self.hooks.num_lost,
+        )
+        self._wrapped: list[str] = []
+
+    def _run_config(self) -> dict[str, Any]:
+        import vllm
+
+        vllm_config = self.scheduler.vllm_config
+        return {
+            "block_size": self.hooks.block_size,
+            "num_blocks": int(self.scheduler.kv_cache_manager.block_pool.num_gpu_blocks),
+            "hash_algo": str(vllm_config.cache_config.prefix_caching_hash_algo),
+            "vllm_version": str(vllm.__version__),
+            "model": str(vllm_config.model_config.model),
+            "max_num_seqs": int(vllm_config.scheduler_config.max_num_seqs),
+            "check_collisions": self.config.check_collisions,
+            "record_token_ids": self.config.record_token_ids,
+        }
+
+    def start(self) -> Capture:
+        self.hooks.attach()
+        for name in ("add_request", "schedule", "_preempt_request", "_free_request", "shutdown"):
+            setattr(
+                self.scheduler, name, getattr(self, f"_wrap_{name}")(getattr(self.scheduler, name))
+            )
+            self._wrapped.append(name)
+        self.transport.start()
+        atexit.register(self.stop)
+        logger.info(
+            "kvscope: capturing block events of engine %s to %s",
+            self.config.engine_id,
+            self.config.endpoint,
+        )
+        return self
+
+    def stop(self) -> None:
+        """Detach everything and flush what is buffered to the collector (idempotent)."""
+        if not self._wrapped:
+            return
+        for name in self._wrapped:
+            delattr(self.scheduler, name)
+        self._wrapped.clear()
+        self.hooks.detach()
+        self.transport.stop(self.config.flush_timeout_s)
+        atexit.unregister(self.stop)
+
+    def tenant_of(self, request: Any) -> str | None:
+        """The tenant label the user passed (`extra_args`), or the salt's pseudonym if asked."""
+        if self.config.tenant_from_salt:
+            return self.pseudonymizer.salt(request.cache_salt)
+        params = request.sampling_params
+        extra = params.extra_args if params is not None else None
+        tenant = extra.get(TENANT_ARGUMENT) if extra else None
+        return str(tenant) if tenant is not None else None
+
+    def _wrap_add_request(self, original: Any) -> Any:
+        def add_request(request: Any) -> None:
+            is_new = request.request_id not in self.scheduler.requests
+            original(request)
+            if is_new:
+                self.hooks.on_arrive(request, tenant=self.tenant_of(request))
+
+        return add_request
+
+    def _wrap_schedule(self, original: Any) -> Any:
+        requests = self.scheduler.requests
+
+        def schedule(*args: Any, **kwargs: Any) -> Any:
+            output = original(*args, **kwargs)
+            for new_request in output.scheduled_new_reqs:
+                self.hooks.on_schedule(requests[new_request.req_id])
+            for request_id in output.scheduled_cached_reqs.resumed_req_ids:
+                self.hooks.on_schedule(requests[request_id])
+            self.hooks.record_pool_state()
+            return output
+
+        return schedule
+
+    def _wrap__preempt_request(self, original: Any) -> Any:
+        def _preempt_request(request: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(request, *args, **kwargs)
+            self.hooks.on_preempt(request)
+            return result
+
+        return _preempt_request
+
+    def _wrap__free_request(self, original: Any) -> Any:
+        def _free_request(request: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(request, *args, **kwargs)
+            self.hooks.on_finish(request)
+            return result
+
+        return _free_request
+
+    def _wrap_shutdown(self, original: Any) -> Any:
+        def shutdown() -> None:
+            self.stop()
+            original()
+
+        return shutdown

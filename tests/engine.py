@@ -1,0 +1,180 @@
+"""vLLM's real Scheduler on the CPU, a real `kvscope collect` process, and a driver loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def make_scheduler(model_dir: Path, block_size: int, num_blocks: int, max_num_seqs: int) -> Any:
+    """vLLM's own Scheduler for a tiny Llama config, one full-attention KV cache group."""
+    import torch
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(TINY_LLAMA))
+    model = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, max_model_len=8192, dtype="float16"
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=4096,
+        max_model_len=8192,
+        is_encoder_decoder=False,
+    )
+    cache = CacheConfig(block_size=block_size, enable_prefix_caching=True)
+    cache.num_gpu_blocks = num_blocks
+    vllm_config = VllmConfig(
+        model_config=model,
+        scheduler_config=scheduler_config,
+        cache_config=cache,
+        device_config=DeviceConfig(device="cpu"),
+    )
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=2, head_size=16, dtype=torch.float16
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn"], spec)],
+    )
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=block_size,
+        hash_block_size=block_size,
+        log_stats=True,
+    )
+
+
+@dataclass
+class DriveResult:
+    steps: int
+    queries: int
+    hits: int
+    preempted_queries: int
+    preempted_hits: int
+    finished: int
+
+
+def drive(
+    scheduler: Any, rows: list[dict[str, Any]], per_step: int, stop_after: int | None = None
+) -> DriveResult:
+    """Add `per_step` trace rows per step and run schedule / update_from_output with fake
+    model outputs (one deterministic token per scheduled request) until all finish."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    block_size = scheduler.block_size
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+    block_hasher = get_request_block_hasher(block_size, hash_fn)
+    result = DriveResult(0, 0, 0, 0, 0, 0)
+    pending = list(rows)
+    while pending or scheduler.has_requests():
+        for row in pending[:per_step]:
+            params = SamplingParams(
+                max_tokens=max(row["output_length"], 1),
+                ignore_eos=True,
+                extra_args={"kvscope_tenant": row["tenant"]} if row.get("tenant") else None,
+            )
+            scheduler.add_request(
+                Request(
+                    row["request_id"],
+                    row["token_ids"],
+                    params,
+                    None,
+                    arrival_time=time.time(),
+                    cache_salt=row.get("cache_salt"),
+                    block_hasher=block_hasher,
+                )
+            )
+        del pending[:per_step]
+        output = scheduler.schedule()
+        request_ids = [new.req_id for new in output.scheduled_new_reqs]
+        request_ids += list(output.scheduled_cached_reqs.req_ids)
+        model_output = ModelRunnerOutput(
+            req_ids=request_ids,
+            req_id_to_index={request_id: i for i, request_id in enumerate(request_ids)},
+            sampled_token_ids=[[1000 + result.steps % 7] for _ in request_ids],
+        )
+        for engine_outputs in scheduler.update_from_output(output, model_output).values():
+            result.finished += sum(1 for out in engine_outputs.outputs if out.finished)
+            stats = engine_outputs.scheduler_stats
+            if stats is not None and stats.prefix_cache_stats is not None:
+                result.queries += stats.prefix_cache_stats.queries
+                result.hits += stats.prefix_cache_stats.hits
+                result.preempted_queries += stats.prefix_cache_stats.preempted_queries
+                result.preempted_hits += stats.prefix_cache_stats.preempted_hits
+        result.steps += 1
+        if stop_after is not None and result.steps >= stop_after:
+            break
+    return result
+
+
+@contextmanager
+def collector_process(run_path: Path, endpoint: str) -> Iterator[subprocess.Popen[str]]:
+    """`kvscope collect` in a second process, up and listening when the block starts."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "collect",
+            "--db",
+            str(run_path),
+            "--endpoint",
+            endpoint,
+            "--live-interval",
+            "0.5",
+        ],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "listening" in line, line
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)

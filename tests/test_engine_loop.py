@@ -1,0 +1,117 @@
+"""Engine in the loop: vLLM's real Scheduler with kvscope's plugin loaded as vLLM loads it,
+a real `kvscope collect` process over the real socket, and the run file it writes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from collector.store import RunStore
+from collector.summary import run_summary
+from collector.workload import WorkloadShape, generate
+from tests.engine import collector_process, drive, make_scheduler
+
+BLOCK_SIZE = 16
+
+
+@pytest.fixture
+def capture_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Switch capture on as an operator would, then load vLLM's general plugins."""
+    endpoint = f"ipc://{tmp_path}/kvscope.ipc"
+    monkeypatch.setenv("KVSCOPE_CAPTURE", "1")
+    monkeypatch.setenv("KVSCOPE_ENDPOINT", endpoint)
+    monkeypatch.setenv("KVSCOPE_SECRET", "engine-loop-test")
+    monkeypatch.setenv("KVSCOPE_FLUSH_TIMEOUT_S", "10")
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    return endpoint
+
+
+def workload() -> list[dict[str, Any]]:
+    rows = generate(WorkloadShape(seed=11, num_chats=30, num_rag_requests=150, num_reports=40))
+    return rows[:300]
+
+
+def stored_seqs(run: Path) -> tuple[int, int]:
+    with duckdb.connect(str(run), read_only=True) as connection:
+        row = connection.execute(
+            "SELECT count(DISTINCT seq), coalesce(max(seq), -1) FROM ("
+            " SELECT seq FROM events WHERE kind <> 'drop'"
+            " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions)"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_every_event_reaches_duckdb_through_the_collector(
+    tmp_path: Path, capture_environment: str
+) -> None:
+    run = tmp_path / "run.duckdb"
+    rows = workload()
+    with collector_process(run, capture_environment) as process:
+        scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+        capture = scheduler.kvscope_capture
+        result = drive(scheduler, rows, per_step=3)
+        scheduler.shutdown()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    hooks, transport = capture.hooks, capture.transport
+    assert result.finished == len(rows)
+    assert hooks.num_lost == 0 and transport.num_dropped == 0
+    assert transport.num_delivered == hooks.num_records
+    assert stored_seqs(run) == (hooks.num_records, hooks.num_records - 1), "no gaps"
+
+    store = RunStore.open(run)
+    summary = run_summary(store.connection)
+    preempted = store.connection.execute(
+        "SELECT coalesce(sum(num_prompt_tokens), 0), coalesce(sum(num_hit_tokens), 0) "
+        "FROM events WHERE kind = 'lookup' AND preempted"
+    ).fetchone()
+    requests = store.connection.execute(
+        "SELECT count(*), count(first_scheduled_ns), count(finished_ns), count(tenant) "
+        "FROM requests"
+    ).fetchone()
+    store.close()
+    assert summary["requests"] == len(rows)
+    assert summary["hit_tokens"] > 0, "the workload shares prefixes"
+    assert (summary["prompt_tokens"], summary["hit_tokens"]) == (result.queries, result.hits)
+    assert preempted == (result.preempted_queries, result.preempted_hits)
+    assert summary["dropped_events"] == 0 and summary["collisions"] == 0
+    assert requests == (len(rows), len(rows), len(rows), len(rows))
+
+
+def test_killed_collector_loses_exactly_what_the_engine_counts(
+    tmp_path: Path, capture_environment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVSCOPE_FLUSH_TIMEOUT_S", "1")
+    run = tmp_path / "run.duckdb"
+    rows = workload()
+    with collector_process(run, capture_environment) as process:
+        scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+        capture = scheduler.kvscope_capture
+        transport = capture.transport
+        first = drive(scheduler, rows, per_step=3, stop_after=40)
+        deadline = time.monotonic() + 60
+        while transport.num_delivered == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # mid-run: the collector has stored something already
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        rest = drive(scheduler, rows[40 * 3 :], per_step=3)
+        scheduler.shutdown()
+    hooks = capture.hooks
+    assert first.finished + rest.finished == len(rows), "the engine finished every step"
+    not_delivered = hooks.num_lost + transport.num_dropped
+    assert not_delivered > 0
+    delivered, _ = stored_seqs(run)
+    assert delivered == hooks.num_records - not_delivered
+    assert transport.num_delivered == delivered
+
+    store = RunStore.open(run)  # reopens cleanly after the kill
+    assert run_summary(store.connection)["requests"] > 0
+    store.close()

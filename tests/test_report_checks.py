@@ -1,0 +1,215 @@
+"""The report's checks, thresholds and renderers on handcrafted figures: exact verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+
+from collector.report.checks import run_checks
+from collector.report.comparison import compare
+from collector.report.figures import RunFigures
+from collector.report.junit import render_junit
+from collector.report.markdown import render_markdown
+from collector.report.thresholds import Thresholds, load_thresholds
+from tests.conftest import REPO
+
+
+def run_figures(
+    name: str = "run.duckdb",
+    tenants: list[dict[str, Any]] | None = None,
+    regret_ratio: float = 0.2,
+    min_free_blocks: int = 100,
+    **summary: Any,
+) -> RunFigures:
+    """Figures of an imaginary run: 100 requests, 50 % hit ratios, 3 evictions each."""
+    figures = {
+        "requests": 100,
+        "token_hit_ratio": 0.5,
+        "block_hit_ratio": 0.5,
+        "hit_tokens": 10_000,
+        "prompt_tokens": 20_000,
+        "evictions": 300,
+        "collisions": 0,
+        "dropped_events": 0,
+        "preemptions": 0,
+        "block_size": 16,
+        "num_blocks": 1_001,
+        "hash_algo": "sha256",
+    }
+    figures.update(summary)
+    return RunFigures(
+        path=Path(name),
+        config={"source": "replay", "trace": "t.jsonl", "timing": "sequential", "num_blocks": 1001},
+        summary=figures,
+        regret={"evictions": 300, "restored": 0, "regret_ratio": regret_ratio},
+        free_blocks={"min_free_blocks": min_free_blocks, "usable_blocks": 1_000},
+        tenants=tenants if tenants is not None else [],
+    )
+
+
+def tenant(name: str, hit_ratio: float, requests: int = 50, lora: str = "(none)") -> dict[str, Any]:
+    return {
+        "tenant": name,
+        "lora": lora,
+        "requests": requests,
+        "prompt_tokens": 1_000,
+        "hit_tokens": round(1_000 * hit_ratio),
+        "hit_ratio": hit_ratio,
+    }
+
+
+def statuses(baseline: RunFigures, candidate: RunFigures, **sections: Any) -> dict[str, str]:
+    thresholds = dataclasses.replace(Thresholds(), **sections)
+    return {check.name: check.status for check in run_checks(baseline, candidate, thresholds)}
+
+
+def test_the_documented_defaults_are_the_defaults() -> None:
+    assert load_thresholds(REPO / "docs" / "ci" / "thresholds.toml") == Thresholds()
+    assert load_thresholds(None) == Thresholds()
+
+
+def test_a_file_overrides_only_what_it_names(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text("[token_hit_ratio]\nmax_drop = 0.1\n[dropped_events]\nmax = 3\n")
+    thresholds = load_thresholds(path)
+    assert thresholds.token_hit_ratio.max_drop == 0.1
+    assert thresholds.token_hit_ratio.min == 0.0
+    assert thresholds.dropped_events.max == 3
+    assert thresholds.block_hit_ratio == Thresholds().block_hit_ratio
+
+
+def test_identical_runs_pass_every_check() -> None:
+    run = run_figures(tenants=[tenant("a", 0.4)])
+    assert set(statuses(run, run).values()) == {"pass"}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "expected_failures"),
+    [
+        # 2 points under is still in; a hair more is out (the hit tokens move along).
+        (run_figures(token_hit_ratio=0.48, block_hit_ratio=0.48), []),
+        (run_figures(token_hit_ratio=0.4799), ["token_hit_ratio"]),
+        (run_figures(block_hit_ratio=0.47), ["block_hit_ratio"]),
+        (run_figures(hit_tokens=9_500), []),
+        (run_figures(hit_tokens=9_499), ["tokens_saved"]),
+        # 3 evictions per request: the limit is 3 * 1.1 + 1 = 4.3.
+        (run_figures(evictions=430), []),
+        (run_figures(evictions=431), ["evictions_per_request"]),
+        (run_figures(regret_ratio=0.25), []),
+        (run_figures(regret_ratio=0.26), ["eviction_regret"]),
+        # 10 % free at the worst moment; 5 points less is the limit.
+        (run_figures(min_free_blocks=50), []),
+        (run_figures(min_free_blocks=49), ["min_free_blocks"]),
+        (run_figures(collisions=1), ["collisions"]),
+        (run_figures(dropped_events=1), ["dropped_events"]),
+    ],
+)
+def test_each_limit_is_exact(candidate: RunFigures, expected_failures: list[str]) -> None:
+    verdicts = statuses(run_figures(), candidate)
+    assert [name for name, status in verdicts.items() if status == "fail"] == expected_failures
+
+
+def test_floors_fail_whatever_the_baseline_did(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text("[token_hit_ratio]\nmin = 0.6\n[min_free_blocks]\nmin = 0.2\n")
+    thresholds = load_thresholds(path)
+    run = run_figures()
+    checks = {check.name: check for check in run_checks(run, run, thresholds)}
+    assert checks["token_hit_ratio"].status == "fail"
+    assert checks["token_hit_ratio"].limit == 0.6
+    assert checks["min_free_blocks"].status == "fail"
+    assert checks["block_hit_ratio"].status == "pass"
+
+
+def test_collisions_fail_even_when_the_baseline_had_them() -> None:
+    verdicts = statuses(run_figures(collisions=4), run_figures(collisions=4))
+    assert verdicts["collisions"] == "fail"
+
+
+def test_tenant_checks() -> None:
+    baseline = run_figures(
+        tenants=[
+            tenant("acme", 0.60),
+            tenant("acme", 0.50, lora="sql"),
+            tenant("globex", 0.40),
+            tenant("tiny", 0.90, requests=3),
+            tenant("gone", 0.50),
+        ]
+    )
+    candidate = run_figures(
+        tenants=[
+            tenant("acme", 0.55),
+            tenant("acme", 0.44, lora="sql"),
+            tenant("globex", 0.45),
+            tenant("tiny", 0.10, requests=3),
+            tenant("new", 0.50),
+        ]
+    )
+    checks = [
+        (check.name, check.status, check.reason)
+        for check in run_checks(baseline, candidate, Thresholds())
+        if check.name.startswith("tenant_hit_ratio")
+    ]
+    assert checks == [
+        ("tenant_hit_ratio[acme]", "pass", ""),
+        ("tenant_hit_ratio[acme/sql]", "fail", "under the limit"),
+        ("tenant_hit_ratio[globex]", "pass", ""),
+        ("tenant_hit_ratio[gone]", "skip", "only in the baseline run"),
+        ("tenant_hit_ratio[new]", "skip", "only in the candidate run"),
+        ("tenant_hit_ratio[tiny]", "skip", "3 requests, fewer than min_requests = 10"),
+    ]
+
+
+def test_disabled_checks_are_skipped_not_dropped() -> None:
+    limits = Thresholds()
+    verdicts = statuses(
+        run_figures(tenants=[tenant("a", 0.5)]),
+        run_figures(evictions=10_000, tenants=[tenant("a", 0.1)]),
+        evictions_per_request=dataclasses.replace(limits.evictions_per_request, enabled=False),
+        tenant_hit_ratio=dataclasses.replace(limits.tenant_hit_ratio, enabled=False),
+    )
+    assert verdicts["evictions_per_request"] == "skip"
+    assert verdicts["tenant_hit_ratio"] == "skip"
+    assert "fail" not in verdicts.values()
+
+
+def test_markdown_and_junit_name_the_same_regressions() -> None:
+    baseline = run_figures("main.duckdb", tenants=[tenant("a|b", 0.5)])
+    candidate = run_figures(
+        "pr.duckdb", token_hit_ratio=0.3, hit_tokens=6_000, tenants=[tenant("a|b", 0.2)]
+    )
+    comparison = compare(baseline, candidate, Thresholds(), "defaults")
+    markdown = render_markdown(comparison)
+    assert "### ❌ kvscope: prefix caching regressed (3 of 9 checks failed)" in markdown
+    assert "Regressed: `token_hit_ratio`, `tokens_saved`, `tenant_hit_ratio[a\\|b]`" in markdown
+    assert (
+        "| ❌ | token hit ratio (`token_hit_ratio`) | 50.0 % | 30.0 % | -20.0 pts | ≥ 48.0 % |"
+        in markdown
+    )
+    assert (
+        "| ✅ | evictions per request (`evictions_per_request`) | 3.00 | 3.00 | +0.0 % |"
+        in markdown
+    )
+    assert "| run file | `main.duckdb` | `pr.duckdb` |" in markdown
+    root = ElementTree.fromstring(render_junit(comparison))
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.attrib["tests"], suite.attrib["failures"], suite.attrib["skipped"]) == (
+        "9",
+        "3",
+        "0",
+    )
+    failures = {
+        case.attrib["name"]: failure.attrib["message"]
+        for case in suite.iter("testcase")
+        if (failure := case.find("failure")) is not None
+    }
+    assert list(failures) == ["token_hit_ratio", "tokens_saved", "tenant_hit_ratio[a|b]"]
+    assert failures["tokens_saved"] == (
+        "prompt tokens served from the cache: candidate 6,000, baseline 10,000, "
+        "limit ≥ 9,500 (fail)"
+    )

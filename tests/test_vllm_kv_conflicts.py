@@ -1,0 +1,278 @@
+"""Two different blocks under one published 64-bit hash: found when they happen, never when
+they do not (vLLM's real sha256 on the sample workload)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from collector.block_manager import CacheSettings
+from collector.store import RunStore
+from collector.summary import run_summary
+from collector.vllm_kv_conflicts import HashConflictDetector
+from collector.vllm_kv_ingest import append_vllm_batches
+from collector.vllm_kv_queries import vllm_kv_summary
+from collector.vllm_kv_wire import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    ReceivedBatch,
+    WireEvent,
+)
+from tests.conftest import SAMPLE_RUN, SAMPLE_TRACE
+from tests.helpers import cached_block_count
+from tests.vllm_kv_pipeline import (
+    EventSource,
+    checked_sockets,
+    events_run,
+    low64,
+    receive,
+    subscriber_for,
+    wait_until_sent,
+    zmq_publisher,
+)
+
+H = 0xDEADBEEF_00C0FFEE
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    with checked_sockets() as directory:
+        yield directory
+
+
+def received(seq: int, *events: WireEvent, dp_rank: int = 0, epoch: int = 0) -> ReceivedBatch:
+    batch = KVEventBatch(ts=10.0 + seq, events=list(events), data_parallel_rank=dp_rank)
+    return ReceivedBatch("ipc://test", epoch, seq, batch, replayed=False)
+
+
+def stored(
+    block_hash: int | bytes,
+    tokens: list[int],
+    *,
+    parent: int | None = None,
+    group_idx: int = 0,
+    medium: str = "GPU",
+    extra_keys: list[Any] | None = None,
+) -> BlockStored:
+    return BlockStored(
+        block_hashes=[block_hash],
+        parent_block_hash=parent,
+        token_ids=tokens,
+        block_size=len(tokens),
+        medium=medium,
+        group_idx=group_idx,
+        extra_keys=extra_keys,
+    )
+
+
+def removed(block_hash: int, medium: str = "GPU") -> BlockRemoved:
+    return BlockRemoved(block_hashes=[block_hash], medium=medium, group_idx=0)
+
+
+def conflicts_of(*batches: ReceivedBatch) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(first seq, second seq, what differs) of each conflict the detector reports."""
+    found = HashConflictDetector().observe(list(batches))
+    return [(conflict.first.seq, conflict.second.seq, conflict.differs) for conflict in found]
+
+
+def test_other_tokens_or_another_parent_under_one_hash_is_a_conflict() -> None:
+    assert conflicts_of(
+        received(0, stored(H, [1, 2, 3, 4])),
+        received(1, stored(H, [1, 2, 3, 4])),  # the same block again: fine
+        received(2, stored(H, [5, 6, 7, 8])),
+        received(3, stored(H, [1, 2, 3, 4], parent=99)),
+        received(4, stored(H, [5, 6, 7, 8])),  # that one is already reported
+        received(5, stored(H, [1, 2, 3, 4], extra_keys=[["tenant-salt"]])),
+    ) == [(0, 2, ("tokens",)), (0, 3, ("parent",)), (0, 5, ("keys",))]
+
+
+def test_a_removed_or_cleared_hash_is_forgotten() -> None:
+    assert (
+        conflicts_of(
+            received(0, stored(H, [1, 2, 3, 4])),
+            received(1, removed(H)),
+            received(2, stored(H, [5, 6, 7, 8])),
+            received(3, AllBlocksCleared()),
+            received(4, stored(H, [9, 9, 9, 9])),
+        )
+        == []
+    )
+
+
+def test_a_hash_stays_known_while_any_holder_still_caches_it() -> None:
+    assert conflicts_of(
+        received(0, stored(H, [1, 2, 3, 4])),
+        received(1, stored(H, [1, 2, 3, 4]), dp_rank=1),
+        received(2, stored(H, [1, 2, 3, 4], medium="CPU")),
+        received(3, removed(H)),  # rank 0 GPU drops it; rank 0 CPU and rank 1 keep it
+        received(4, AllBlocksCleared()),  # rank 0 clears; rank 1 keeps it
+        received(5, stored(H, [5, 6, 7, 8])),
+    ) == [(0, 5, ("tokens",))]
+
+
+def test_no_conflict_across_groups_or_between_full_hashes() -> None:
+    full = H.to_bytes(8, "big")
+    assert (
+        conflicts_of(
+            received(0, stored(H, [1, 2, 3, 4], group_idx=0)),
+            received(1, stored(H, [5, 6, 7, 8], group_idx=1)),  # another KV cache group
+            received(2, stored(b"\x01" * 24 + full, [1, 2, 3, 4])),
+            received(3, stored(b"\x02" * 24 + full, [5, 6, 7, 8])),  # same low 64 bits only
+        )
+        == []
+    )
+
+
+def table_rows(connection: duckdb.DuckDBPyConnection, table: str) -> list[tuple[Any, ...]]:
+    return connection.execute(
+        f"SELECT * EXCLUDE (first_tokens_digest, second_tokens_digest) FROM {table}"
+    ).fetchall()
+
+
+def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
+    sockets: Path, tmp_path: Path
+) -> None:
+    """Two BlockStored events vLLM's own publisher sends with one int hash and other tokens,
+    then one with another parent; each conflict row describes both blocks."""
+    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
+    from vllm.distributed.kv_events import KVEventBatch as VllmKVEventBatch
+
+    def block(tokens: list[int], parent: int | None) -> VllmBlockStored:
+        return VllmBlockStored(
+            block_hashes=[H],
+            parent_block_hash=parent,
+            token_ids=tokens,
+            block_size=4,
+            lora_id=None,
+            medium="GPU",
+            lora_name=None,
+            group_idx=0,
+        )
+
+    with zmq_publisher(sockets) as publisher, subscriber_for(sockets) as subscriber:
+        for seq, event in enumerate(
+            [block([1, 2, 3, 4], None), block([5, 6, 7, 8], None), block([1, 2, 3, 4], 77)]
+        ):
+            publisher.publish(VllmKVEventBatch(ts=100.0 + seq, events=[event]))
+        wait_until_sent(publisher)
+        batches = receive(subscriber, 3)
+        run = events_run(tmp_path / "run.duckdb", CacheSettings(4, 5))
+        append_vllm_batches(run, batches, [], HashConflictDetector(record_token_ids=True))
+    first = (0, 0, 0, 100_000_000_000, None, 4, None)
+    assert table_rows(run.connection, "vllm_kv_conflicts") == [
+        (
+            H,
+            None,
+            0,
+            ["tokens"],
+            *first,
+            [1, 2, 3, 4],
+            0,
+            0,
+            1,
+            101_000_000_000,
+            None,
+            4,
+            None,
+            [5, 6, 7, 8],
+        ),
+        (
+            H,
+            None,
+            0,
+            ["parent"],
+            *first,
+            [1, 2, 3, 4],
+            0,
+            0,
+            2,
+            102_000_000_000,
+            77,
+            4,
+            None,
+            [1, 2, 3, 4],
+        ),
+    ]
+    digests = run.connection.execute(
+        "SELECT first_tokens_digest = second_tokens_digest FROM vllm_kv_conflicts"
+    ).fetchall()
+    assert digests == [(False,), (True,)]
+    assert vllm_kv_summary(run.connection)["conflicts"] == 2
+    run.close()
+
+
+def weak_sha256(bits: int) -> Callable[[Any], bytes]:
+    """vLLM's sha256 with all but `bits` of its low 64 bits zeroed: the full hash (vLLM's
+    own key) still tells blocks apart, the published 64-bit form often does not."""
+    from vllm.utils.hashing import sha256
+
+    def weak(value: Any) -> bytes:
+        full = sha256(value)
+        low = int.from_bytes(full[-8:], "big") & ((1 << bits) - 1)
+        return full[:-8] + low.to_bytes(8, "big")
+
+    return weak
+
+
+def replay_sample(
+    sockets: Path, run: RunStore, source_settings: CacheSettings, **options: Any
+) -> tuple[EventSource, HashConflictDetector]:
+    """The sample trace through vLLM's manager -> publisher -> subscriber -> run file."""
+    detector = HashConflictDetector()
+    with zmq_publisher(sockets) as publisher, subscriber_for(sockets) as subscriber:
+        source = EventSource(publisher, source_settings, hash_fn=options.pop("hash_fn", None))
+        source.replay(SAMPLE_TRACE, **options)
+        wait_until_sent(publisher)
+        batches = receive(subscriber, len(source.published))
+        append_vllm_batches(run, batches, subscriber.take_gaps(), detector)
+    return source, detector
+
+
+def test_a_weak_hash_gives_exactly_the_conflicts_vllms_own_hashes_predict(
+    sockets: Path, tmp_path: Path
+) -> None:
+    settings = CacheSettings(block_size=16, num_blocks=20_000)  # nothing is evicted
+    run = events_run(tmp_path / "run.duckdb", settings)
+    source, _ = replay_sample(sockets, run, settings, hash_fn=weak_sha256(12), limit=150)
+    summary = vllm_kv_summary(run.connection)
+    assert summary["removed_blocks"] == 0 and summary["lost_batches"] == 0
+    # Counted from vLLM's own cache: full hashes of every cached block, grouped by the
+    # 64-bit form vLLM publishes; each distinct block beyond a group's first is one conflict.
+    full_hashes = {
+        bytes(block.block_hash[:-4])
+        for block in source.manager.block_pool.blocks
+        if block.block_hash is not None
+    }
+    assert len(full_hashes) == summary["stored_blocks"]
+    per_published_hash = Counter(low64(full_hash) for full_hash in full_hashes)
+    expected = sum(count - 1 for count in per_published_hash.values())
+    assert expected > 100, "the weak hash must collide often"
+    assert summary["conflicts"] == expected
+    run.close()
+
+
+def test_vllms_sha256_on_the_sample_workload_gives_no_conflict(
+    sockets: Path, tmp_path: Path
+) -> None:
+    """The sample run's settings: vLLM's events agree with kvscope's own hooks on every
+    store and eviction, and not one of those blocks conflicts."""
+    settings = CacheSettings(block_size=16, num_blocks=1_200)
+    run = events_run(tmp_path / "run.duckdb", settings)
+    source, detector = replay_sample(sockets, run, settings)
+    summary = vllm_kv_summary(run.connection)
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as sample:
+        hooks = run_summary(sample)
+    assert summary["stored_blocks"] == hooks["stores"] == detector.num_blocks_checked
+    assert summary["removed_blocks"] == hooks["evictions"]
+    assert summary["lost_batches"] == 0
+    assert summary["conflicts"] == 0
+    # What the detector still remembers is exactly what vLLM's cache holds at the end.
+    assert detector.num_tracked == cached_block_count(source.manager)
+    run.close()

@@ -1,0 +1,189 @@
+"""The vLLM KV events page: on the sample run (none), on a run collected through vLLM's real
+publisher, and on a run with lost batches and a hash conflict; in AppTest and in Chromium."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from collector.block_manager import CacheSettings
+from collector.vllm_kv_conflicts import HashConflictDetector
+from collector.vllm_kv_ingest import append_vllm_batches
+from collector.vllm_kv_queries import vllm_kv_summary
+from collector.vllm_kv_subscriber import NOT_IN_BUFFER
+from collector.vllm_kv_wire import Gap
+from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screenshot_page
+from tests.conftest import REPO, SAMPLE_RUN, SAMPLE_TRACE
+from tests.test_screenshots import png_is_not_blank
+from tests.test_vllm_kv_conflicts import H, received, stored
+from tests.vllm_kv_pipeline import (
+    EventSource,
+    checked_sockets,
+    events_run,
+    receive,
+    subscriber_for,
+    wait_until_sent,
+    zmq_publisher,
+)
+from visualizer.vllm_kv_charts import vllm_kv_activity_figure
+
+PAGE = "pages/vllm_kv_events.py"
+SETTINGS = CacheSettings(block_size=16, num_blocks=600)
+
+
+@pytest.fixture(scope="module")
+def collected_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 sample requests through vLLM's manager and publisher, then a cache reset."""
+    path = tmp_path_factory.mktemp("collected") / "run.duckdb"
+    with (
+        checked_sockets() as sockets,
+        zmq_publisher(sockets) as publisher,
+        subscriber_for(sockets) as subscriber,
+    ):
+        source = EventSource(publisher, SETTINGS)
+        source.replay(SAMPLE_TRACE, limit=120)
+        assert source.manager.reset_prefix_cache()
+        source.step()
+        wait_until_sent(publisher)
+        batches = receive(subscriber, len(source.published))
+        run = events_run(path, SETTINGS)
+        append_vllm_batches(run, batches, subscriber.take_gaps(), HashConflictDetector())
+    run.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def troubled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Batches 1 and 2 lost for good, and batch 3 brings other tokens under batch 0's hash."""
+    path = tmp_path_factory.mktemp("troubled") / "run.duckdb"
+    run = events_run(path, CacheSettings(4, 5))
+    gap = Gap("ipc://test", 0, 0, 1, 2, NOT_IN_BUFFER, 0)
+    batches = [received(0, stored(H, [1, 2, 3, 4])), received(3, stored(H, [5, 6, 7, 8]))]
+    append_vllm_batches(run, batches, [gap], HashConflictDetector())
+    run.close()
+    return path
+
+
+def open_page(run: Path) -> AppTest:
+    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
+    app.session_state["run_path"] = str(run)
+    app.run()
+    app.switch_page(PAGE)
+    app.run()
+    assert not app.exception, app.exception
+    assert [title.value for title in app.title] == ["vLLM's KV events"]
+    limits = " ".join(block.value for block in app.markdown)
+    assert "kv_cache_report_mode" in limits
+    assert "No allocations, frees, free-block counts or request ids" in limits
+    return app
+
+
+def plotted(values: list[float] | dict[str, str]) -> list[float]:
+    """A trace's values from a Plotly spec (arrays travel as base64 typed arrays)."""
+    if isinstance(values, list):
+        return values
+    raw = base64.b64decode(values["bdata"])
+    return [float(value) for value in np.frombuffer(raw, dtype=values["dtype"])]
+
+
+def metrics(app: AppTest) -> dict[str, str]:
+    return {metric.label: metric.value for metric in app.metric}
+
+
+def test_the_sample_run_says_it_has_none_and_how_to_collect_them() -> None:
+    app = open_page(SAMPLE_RUN)
+    assert "This run has no vLLM KV events" in app.info[0].value
+    text = " ".join(block.value for block in app.markdown)
+    assert "--kv-events-config" in text
+    assert "kvscope collect --db RUN.duckdb --vllm-kv-events tcp://ENGINE_HOST:5557" in text
+    assert not app.get("plotly_chart")
+    assert not app.metric
+
+
+def test_a_collected_run_shows_what_vllm_sent(collected_run: Path) -> None:
+    from collector.store import RunStore
+
+    store = RunStore.open(collected_run)
+    summary = vllm_kv_summary(store.connection)
+    store.close()
+    assert summary["removed_blocks"] > 0 and summary["clears"] == 1
+    app = open_page(collected_run)
+    assert metrics(app) == {
+        "Batches received": f"{summary['batches']:,}",
+        "Blocks stored": f"{summary['stored_blocks']:,}",
+        "Blocks removed": f"{summary['removed_blocks']:,}",
+        "Cache clears": "1",
+        "Batches lost": "0",
+        "Resent by vLLM's replay": f"{summary['replayed_batches']:,}",
+        "Hash conflicts": "0",
+        "Published hashes": "64-bit",
+    }
+    assert app.caption[0].value.startswith("From 1 data-parallel rank(s); engine restarts seen: 0")
+    successes = [block.value for block in app.success]
+    assert successes[0].startswith("None: every batch arrived in order")
+    assert successes[1].startswith("0: no two different blocks arrived under one hash among ")
+    (chart,) = app.get("plotly_chart")
+    spec = json.loads(chart.proto.spec)
+    stored_bars, removed_bars = spec["data"]
+    assert sum(plotted(stored_bars["y"])) == summary["stored_blocks"]
+    assert -sum(plotted(removed_bars["y"])) == summary["removed_blocks"]
+    assert len(spec["layout"]["shapes"]) == 1  # the cache reset
+
+
+def test_lost_batches_and_conflicts_are_listed(troubled_run: Path) -> None:
+    app = open_page(troubled_run)
+    assert metrics(app)["Batches lost"] == "2"
+    assert metrics(app)["Hash conflicts"] == "1"
+    assert "2 batches never arrived" in app.warning[0].value
+    assert "already had: 1." in app.error[0].value
+    gaps, conflicts = (frame.value for frame in app.dataframe)
+    assert gaps[["first_seq", "last_seq", "num_batches", "reason"]].values.tolist() == [
+        [1, 2, 2, NOT_IN_BUFFER]
+    ]
+    assert conflicts[["block_hash", "differs", "first_seq", "second_seq"]].values.tolist() == [
+        [f"{H:016x}", "tokens", 0, 3]
+    ]
+
+
+def test_the_activity_chart_stacks_stores_over_removals_and_marks_clears() -> None:
+    activity = pd.DataFrame(
+        {"t_s": [0.0, 1.0, 2.0], "stored": [5, 0, 2], "removed": [0, 3, 1], "cleared": [0, 1, 0]}
+    )
+    figure = vllm_kv_activity_figure(activity)
+    stored_bars, removed_bars = figure.data
+    assert list(stored_bars.y) == [5, 0, 2]
+    assert list(removed_bars.y) == [0, -3, -1]
+    assert [shape.x0 for shape in figure.layout.shapes] == [1.0]
+    assert figure.layout.barmode == "relative"
+
+
+@pytest.mark.slow
+def test_screenshots_of_the_page(collected_run: Path, troubled_run: Path, tmp_path: Path) -> None:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("Debian's chromium and chromium-driver are needed (see .ci/run)")
+    keep = os.environ.get("KVSCOPE_SCREENSHOTS")
+    for name, run, num_charts in [
+        ("sample", SAMPLE_RUN, 0),
+        ("collected", collected_run, 1),
+        ("troubled", troubled_run, 1),
+    ]:
+        with app_server(REPO, "--db", str(run)) as url, chromium() as driver:
+            # The app's entry first: a deep link as the very first request would run the
+            # page file alone, before app.py's st.navigation is known to the server.
+            screenshot_page(driver, url, tmp_path / f"entry_{name}.png", 0)
+            path = tmp_path / f"vllm_kv_events_{name}.png"
+            seen = screenshot_page(driver, f"{url}/vllm_kv_events", path, num_charts)
+        assert seen["exceptions"] == [], seen
+        assert seen["charts"] == num_charts, seen
+        assert png_is_not_blank(path)
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, Path(keep) / path.name)

@@ -1,0 +1,110 @@
+"""kvscope's copy of vLLM's KV event wire format decodes what vLLM's own classes encode."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from collector import vllm_kv_wire
+from tests.test_layering import loaded_modules
+
+
+def vllm_batch() -> object:
+    """A KVEventBatch from vLLM's own classes with every field set."""
+    from vllm.distributed.kv_events import (
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        KVEventBatch,
+    )
+
+    stored = BlockStored(
+        block_hashes=[2**64 - 1, b"\x01" * 32],
+        parent_block_hash=12345,
+        token_ids=[1, 2, 3, 4, 5, 6, 7, 8],
+        block_size=4,
+        lora_id=7,
+        medium="GPU",
+        lora_name="adapter",
+        extra_keys=[("adapter", ("image-1", 0), "salt"), None],
+        group_idx=1,
+        kv_cache_spec_kind="full_attention",
+        kv_cache_spec_sliding_window=128,
+        locality="LOCAL",
+        ownership="tier-2",
+        session_id="session",
+        lookahead_token_ids=[[9], [10]],
+    )
+    removed = BlockRemoved(
+        block_hashes=[5], medium="CPU", group_idx=1, locality="REMOTE", ownership="tier-2"
+    )
+    return KVEventBatch(ts=1.25, events=[stored, removed, AllBlocksCleared()], data_parallel_rank=3)
+
+
+@pytest.mark.parametrize("name", ["BlockStored", "BlockRemoved", "AllBlocksCleared"])
+def test_the_event_structs_have_exactly_vllms_fields(name: str) -> None:
+    import vllm.distributed.kv_events as vllm_events
+
+    theirs = getattr(vllm_events, name).__struct_fields__
+    ours = getattr(vllm_kv_wire, name).__struct_fields__
+    assert ours == theirs
+
+
+def test_a_batch_encoded_by_vllm_decodes_field_for_field() -> None:
+    batch = vllm_batch()
+    decoded = vllm_kv_wire.decode_batch(msgspec.msgpack.encode(batch))
+    assert decoded.ts == 1.25
+    assert decoded.data_parallel_rank == 3
+    stored, removed, cleared = decoded.events
+    assert isinstance(stored, vllm_kv_wire.BlockStored)
+    assert isinstance(removed, vllm_kv_wire.BlockRemoved)
+    assert isinstance(cleared, vllm_kv_wire.AllBlocksCleared)
+    # Encoded again, kvscope's structs give vLLM's bytes back: no field lost or altered.
+    assert msgspec.msgpack.encode(decoded) == msgspec.msgpack.encode(batch)
+    assert stored.block_hashes == [2**64 - 1, b"\x01" * 32]
+    assert stored.extra_keys == [["adapter", ["image-1", 0], "salt"], None]
+
+
+def test_older_batches_without_newer_fields_still_decode() -> None:
+    """What vLLM 0.8 sent: no medium, lora_name, group_idx, and no DP rank."""
+    payload = msgspec.msgpack.encode(
+        [
+            9.5,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [-3],
+                    "parent_block_hash": None,
+                    "token_ids": [1, 2],
+                    "block_size": 2,
+                    "lora_id": None,
+                },
+                {"type": "BlockRemoved", "block_hashes": [-3]},
+            ],
+        ]
+    )
+    decoded = vllm_kv_wire.decode_batch(payload)
+    stored, removed = decoded.events
+    assert isinstance(stored, vllm_kv_wire.BlockStored)
+    assert isinstance(removed, vllm_kv_wire.BlockRemoved)
+    assert (stored.medium, stored.group_idx, decoded.data_parallel_rank) == (None, None, None)
+    assert vllm_kv_wire.hash64(stored.block_hashes[0]) == 2**64 - 3  # Python hash(): signed
+
+
+def test_hash64_is_vllms_own_conversion() -> None:
+    from vllm.v1.core.kv_cache_utils import BlockHash, maybe_convert_block_hash
+
+    full = bytes(range(32))
+    assert vllm_kv_wire.hash64(full) == maybe_convert_block_hash(BlockHash(full))
+    assert vllm_kv_wire.hash64(maybe_convert_block_hash(BlockHash(full))) == int.from_bytes(
+        full[-8:], "big"
+    )
+
+
+def test_the_subscriber_loads_neither_vllm_nor_torch() -> None:
+    """The collector starts in a blink: decoding vLLM's events does not import vLLM."""
+    modules = loaded_modules(
+        "import collector.vllm_kv_subscriber, collector.vllm_kv_ingest, "
+        "collector.vllm_kv_conflicts, collector.vllm_kv_queries"
+    )
+    assert not modules & {"vllm", "torch", "streamlit", "plotly"}

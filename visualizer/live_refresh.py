@@ -1,0 +1,27 @@
+"""Following a run that `kvscope collect` is still writing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from collector.store import live_copy_path
+
+REFRESH_S = 3.0
+_SEEN_KEY = "live_copy_version"
+
+
+@st.fragment(run_every=REFRESH_S)
+def follow(path: Path) -> None:
+    """While the run has a live copy, rerun the whole app whenever a newer copy appears."""
+    copy = live_copy_path(path)
+    if not copy.is_file():
+        st.session_state.pop(_SEEN_KEY, None)
+        return
+    version = copy.stat().st_mtime_ns
+    seen = st.session_state.get(_SEEN_KEY)
+    st.session_state[_SEEN_KEY] = version
+    st.caption(f"live: following {path.name} as it is written (every {REFRESH_S:g} s)")
+    if seen is not None and seen != version:
+        st.rerun(scope="app")

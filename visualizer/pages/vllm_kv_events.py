@@ -1,0 +1,144 @@
+"""vLLM's own KV events: what a run got from an unmodified engine, what was lost on the way,
+64-bit hash conflicts, and what these events cannot tell."""
+
+from __future__ import annotations
+
+import duckdb
+import streamlit as st
+
+from collector import vllm_kv_queries
+from visualizer import vllm_kv_charts
+from visualizer.run_source import connect, current_run
+
+HOW_TO_COLLECT = """
+Start vLLM with its KV events on (ZMQ publisher, replay socket for lost batches), then point
+kvscope's collector at it:
+
+```sh
+vllm serve MODEL --kv-events-config '{"enable_kv_cache_events": true,
+    "publisher": "zmq", "endpoint": "tcp://*:5557",
+    "replay_endpoint": "tcp://*:5558", "topic": "kv"}'
+kvscope collect --db RUN.duckdb --vllm-kv-events tcp://ENGINE_HOST:5557 \\
+    --vllm-kv-replay tcp://ENGINE_HOST:5558 --vllm-kv-topic kv
+```
+
+vLLM binds these sockets on every interface of the engine's host: keep the ports reachable
+only from the collector.
+"""
+
+LIMITS = """
+- **No allocations, frees, free-block counts or request ids.** The events say which block
+  hashes entered the prefix cache (BlockStored), left it (BlockRemoved), or that all of it
+  was reset (AllBlocksCleared), with the engine's clock per step. A freed block keeps its
+  hash and emits nothing, so hit ratios, the free-block timeline and per-request or
+  per-tenant views need kvscope's engine plugin or a replay.
+- **A prefix hit emits nothing**, unless the request sets
+  `SamplingParams(extra_args={"kv_cache_report_mode": "full"})`: then its lookup emits a
+  BlockStored for the reused blocks (from the first block, no parent). "Blocks stored"
+  counts such re-reports too; it is not a count of hits.
+- **64-bit hashes.** By default vLLM publishes the low 64 bits of each block hash
+  (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`). Two different blocks can share them: vLLM keeps
+  them apart by the full hash, a consumer keying on the published one cannot. kvscope
+  compares each BlockStored with what it last saw stored under that hash while cached
+  (parent hash, token ids, extra keys) and reports a difference as a conflict.
+- **Delivery is best effort.** PUB/SUB drops messages for late or slow subscribers; vLLM
+  keeps its last `buffer_steps` (10,000) batches for a replay socket. kvscope asks it for
+  every missing batch and records, as lost, what it could not get back.
+- kvscope stores no token ids from these events (counts and digests), unless the collector
+  was told to record them for hash conflicts.
+"""
+
+
+def render() -> None:
+    connection = connect(current_run())
+    summary = vllm_kv_queries.vllm_kv_summary(connection)
+    st.title("vLLM's KV events")
+    if summary["batches"] == 0 and summary["gaps"] == 0:
+        st.info(
+            "This run has no vLLM KV events: it was recorded by kvscope itself (a replay "
+            "or the engine plugin), which sees more than these events carry."
+        )
+        st.markdown(HOW_TO_COLLECT)
+    else:
+        render_received(connection, summary)
+    st.subheader("What vLLM's KV events cannot tell")
+    st.markdown(LIMITS)
+
+
+def render_received(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) -> None:
+    """Counts, the activity chart, lost batches and hash conflicts of a run that has them."""
+    first, second, third, fourth = st.columns(4)
+    first.metric("Batches received", f"{summary['batches']:,}")
+    second.metric("Blocks stored", f"{summary['stored_blocks']:,}")
+    third.metric("Blocks removed", f"{summary['removed_blocks']:,}")
+    fourth.metric("Cache clears", f"{summary['clears']:,}")
+    first, second, third, fourth = st.columns(4)
+    first.metric("Batches lost", f"{summary['lost_batches']:,}")
+    second.metric(
+        "Resent by vLLM's replay",
+        f"{summary['replayed_batches']:,}",
+        help="batches that PUB/SUB lost and vLLM's replay socket sent again",
+    )
+    third.metric("Hash conflicts", f"{summary['conflicts']:,}")
+    fourth.metric("Published hashes", hash_width(summary))
+    st.caption(
+        f"From {summary['dp_ranks']} data-parallel rank(s); engine restarts seen: "
+        f"{summary['publisher_restarts']} (vLLM numbers its batches from 0 again after one)."
+    )
+    activity = vllm_kv_queries.vllm_kv_activity(connection)
+    st.plotly_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), key="vllm_kv_activity")
+    render_gaps(connection, summary)
+    render_conflicts(connection, summary)
+
+
+def hash_width(summary: dict[str, int]) -> str:
+    """Whether vLLM sent 64-bit ints (its default), full hash bytes, or both."""
+    blocks = summary["stored_blocks"] + summary["removed_blocks"]
+    if summary["full_hash_blocks"] == 0:
+        return "64-bit"
+    return "full" if summary["full_hash_blocks"] == blocks else "64-bit and full"
+
+
+def render_gaps(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) -> None:
+    st.subheader("Lost batches")
+    if summary["gaps"] == 0:
+        st.success(
+            f"None: every batch arrived in order ({summary['replayed_batches']:,} of them "
+            "resent through vLLM's replay socket after PUB/SUB lost them)."
+        )
+        return
+    st.warning(
+        f"{summary['lost_batches']:,} batches never arrived; what they stored or removed is "
+        "missing from this run. A gap from batch 0 means the collector started after the "
+        "engine, beyond what vLLM's replay buffer still held."
+    )
+    st.dataframe(vllm_kv_queries.vllm_kv_gaps(connection), hide_index=True, key="vllm_kv_gaps")
+
+
+def render_conflicts(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) -> None:
+    st.subheader("Hash conflicts")
+    num_hashes = summary["distinct_stored_hashes"]
+    if summary["conflicts"] == 0:
+        chance = num_hashes * (num_hashes - 1) / 2 / 2.0**64
+        odds = (
+            f" For that many random 64-bit hashes the chance of any shared one is {chance:.1e}."
+            if hash_width(summary) != "full"
+            else ""
+        )
+        st.success(
+            f"0: no two different blocks arrived under one hash among "
+            f"{summary['stored_blocks']:,} stored blocks ({num_hashes:,} distinct hashes).{odds}"
+        )
+        return
+    st.error(
+        f"Blocks that arrived under a hash a different cached block already had: "
+        f"{summary['conflicts']:,}. vLLM keeps them apart by the full hash; a consumer "
+        "keying on the published hash cannot tell them apart."
+    )
+    st.dataframe(
+        vllm_kv_queries.vllm_kv_conflicts(connection), hide_index=True, key="vllm_kv_conflicts"
+    )
+
+
+if __name__ == "__main__":
+    render()
