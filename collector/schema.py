@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collector.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
@@ -81,7 +82,7 @@ CREATE_STATEMENTS = (
     "CREATE TABLE block_tokens (block_hash UBIGINT NOT NULL, token_ids INTEGER[] NOT NULL)",
 )
 
-# Derived from events by `finalize`; rebuilt whole each time.
+# Derived from events by `finalize`; rebuilt whole each time, in this order.
 DERIVED_STATEMENTS = (
     """CREATE OR REPLACE TABLE requests AS
     SELECT
@@ -101,4 +102,5 @@ DERIVED_STATEMENTS = (
     WHERE kind IN ('arrive', 'lookup', 'schedule', 'preempt', 'finish')
         AND request_id IS NOT NULL
     GROUP BY request_id""",
+    *ROLLUP_STATEMENTS,
 )
