@@ -45,6 +45,7 @@ _TENANTS = {"a0": "a", "b0": "b", "a1": "a", "c0": "c"}
 def shared_prefix_run(directory: Path) -> Path:
     """The SHARED_PREFIX run, tenants revealed and token ids recorded."""
     rows = [{**row, "tenant": _TENANTS[row["request_id"]]} for row in SHARED_PREFIX]
+    directory.mkdir(parents=True, exist_ok=True)
     return tiny_run(
         directory,
         rows,

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from collector.store import RunStore
+from collector.store import RunStore, StoreError
 
 SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
 RUN_PATH_KEY = "run_path"
@@ -43,3 +43,20 @@ def _connection(path: str, modified_ns: int) -> duckdb.DuckDBPyConnection:
 def connect(path: Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection to a run file (opened once per file version)."""
     return _connection(str(path), path.stat().st_mtime_ns).cursor()
+
+
+def runs_in_folder(folder: Path) -> list[Path]:
+    """The `.duckdb` files in a folder, by name (none if it is not a folder)."""
+    if not folder.is_dir():
+        return []
+    return sorted(path for path in folder.glob("*.duckdb") if path.is_file())
+
+
+def open_current_run() -> duckdb.DuckDBPyConnection:
+    """A connection to the chosen run; if it cannot be opened, says why and stops the page."""
+    path = current_run()
+    try:
+        return connect(path)
+    except (StoreError, OSError) as error:
+        st.error(f"Cannot show this run. {error}")
+        st.stop()

@@ -1,0 +1,27 @@
+"""The sidebar every page draws first: the run picker and the time-range filter.
+
+Each page draws it (not only the entry file) so a page works however Streamlit reaches it:
+through `st.navigation`, or straight from its file, which Streamlit does for a `pages/`
+folder beside the entry file on a server's first run and in AppTest. The widgets' values
+live on across pages and runs (visualizer/session.py).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import streamlit as st
+
+from collector.time_window import TimeWindow
+from visualizer import run_picker, time_filter
+from visualizer.run_source import open_current_run
+
+PAGE_TITLE = "kvscope"
+
+
+def render() -> tuple[duckdb.DuckDBPyConnection, TimeWindow]:
+    """Draw the sidebar; return the chosen run and time window."""
+    st.set_page_config(page_title=PAGE_TITLE, layout="wide")
+    run_picker.render()
+    connection = open_current_run()
+    time_filter.render(connection)
+    return connection, time_filter.selected_window(connection)
