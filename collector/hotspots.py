@@ -1,5 +1,5 @@
 """Which blocks are hot: the block x time heatmap, the most-hit block hashes, and how skewed
-reuse is (how many block hashes got how many hits)."""
+reuse is (how many cached blocks got how many hits while they stayed cached)."""
 
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ _TOP_FROM_PREFIX_BLOCKS = """
     LIMIT $limit
 """
 
+# `hot` is read twice: MATERIALIZED computes its aggregate once.
 _TOP_FROM_EVENTS = """
-    WITH hot AS (
+    WITH hot AS MATERIALIZED (
         SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
         FROM events
         WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end
@@ -106,21 +107,17 @@ def _top_blocks(
 def hit_count_frequencies(
     connection: duckdb.DuckDBPyConnection, window: TimeWindow
 ) -> pd.DataFrame:
-    """How many block hashes (stored or hit in the window) got each number of hits there."""
-    if window.is_whole_run:
-        per_hash = "SELECT hits FROM prefix_blocks WHERE hits > 0 OR stores > 0"
-        parameters: dict[str, Any] = {}
-    else:
-        per_hash = """
-            SELECT count(*) FILTER (WHERE kind = 'hit') AS hits
-            FROM events
-            WHERE kind IN ('hit', 'store') AND ts_ns >= $start AND ts_ns < $end
-            GROUP BY block_hash
-        """
-        parameters = {"start": window.start_ns, "end": window.end_ns}
+    """Blocks cached (stored) in the window, counted by the hits each got while it stayed
+    cached: `blocks` cache lifetimes had `hits` hits."""
     return connection.execute(
-        f"SELECT hits, count(*) AS blocks FROM ({per_hash}) GROUP BY hits ORDER BY hits",
-        parameters,
+        """
+        SELECT hits, count(*) AS blocks
+        FROM cache_lifetimes
+        WHERE stored_ns >= $start AND stored_ns < $end
+        GROUP BY hits
+        ORDER BY hits
+        """,
+        {"start": window.start_ns, "end": window.end_ns},
     ).df()
 
 
@@ -148,8 +145,8 @@ def _hit_bin(hits: int) -> tuple[int, int]:
 
 
 def reuse_skew(frequencies: pd.DataFrame) -> dict[str, float | int]:
-    """Block hashes, hits, the share of hits that went to the most-hit 1 % and 10 % of
-    hashes, and the share of hashes never hit."""
+    """Cached blocks, their hits, the share of hits that went to the most-hit 1 % and 10 %
+    of them, and the share never hit."""
     ordered = frequencies.sort_values("hits", ascending=False)
     num_blocks = int(ordered["blocks"].sum())
     num_hits = int((ordered["hits"] * ordered["blocks"]).sum())

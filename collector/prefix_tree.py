@@ -139,34 +139,38 @@ def node_summary(
     position, parent, who first stored it, time cached."""
     cursor = connection.execute(
         """
-        WITH rows AS (
-            SELECT kind, ts_ns, request_id FROM events
+        WITH used AS (
+            SELECT
+                count(*) FILTER (WHERE kind = 'hit') AS hits,
+                count(*) FILTER (WHERE kind = 'store') AS stores,
+                count(*) FILTER (WHERE kind = 'evict') AS evictions,
+                count(DISTINCT request_id) FILTER (WHERE kind IN ('hit', 'store')) AS requests,
+                (min(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
+                    AS first_use_s,
+                (max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
+                    AS last_use_s
+            FROM events
             WHERE block_hash = $hash AND kind IN ('hit', 'store', 'evict')
                 AND ts_ns >= $start AND ts_ns < $end
         ),
-        lifetimes AS (
-            SELECT stored_ns, store_seq, min(store_seq) OVER () AS first_store_seq
-            FROM cache_lifetimes WHERE block_hash = $hash
+        restored AS (
+            SELECT count(*) FILTER (WHERE stored_ns >= $start AND stored_ns < $end
+                AND store_seq > first_store_seq) AS restores
+            FROM (
+                SELECT stored_ns, store_seq, min(store_seq) OVER () AS first_store_seq
+                FROM cache_lifetimes WHERE block_hash = $hash
+            )
         )
         SELECT
-            (SELECT count(*) FILTER (WHERE kind = 'hit') FROM rows) AS hits,
-            (SELECT count(*) FILTER (WHERE kind = 'store') FROM rows) AS stores,
-            (SELECT count(*) FROM lifetimes WHERE store_seq > first_store_seq
-                AND stored_ns >= $start AND stored_ns < $end) AS restores,
-            (SELECT count(*) FILTER (WHERE kind = 'evict') FROM rows) AS evictions,
-            (SELECT count(DISTINCT request_id) FILTER (WHERE kind IN ('hit', 'store'))
-                FROM rows) AS requests,
-            (SELECT (min(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
-                FROM rows) AS first_use_s,
-            (SELECT (max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
-                FROM rows) AS last_use_s,
+            used.hits, used.stores, restored.restores, used.evictions, used.requests,
+            used.first_use_s, used.last_use_s,
             prefix_blocks.block_position,
             prefix_blocks.parent_hash,
             prefix_blocks.tenant,
             prefix_blocks.lora,
             prefix_blocks.first_stored_by,
             prefix_blocks.cached_ns / 1e9 AS cached_s
-        FROM prefix_blocks
+        FROM prefix_blocks, used, restored
         WHERE prefix_blocks.block_hash = $hash
         """,
         {
@@ -217,9 +221,12 @@ def has_token_ids(connection: duckdb.DuckDBPyConnection) -> bool:
     return bool(row and row[0])
 
 
-def prefix_token_ids(connection: duckdb.DuckDBPyConnection, chain: list[str]) -> list[int] | None:
-    """The token ids of a chain of block ids (hex, root first); None if any block's tokens
-    were not recorded."""
+def prefix_token_ids(
+    connection: duckdb.DuckDBPyConnection, chains: list[list[str]]
+) -> list[list[int] | None]:
+    """The token ids of each chain of block ids (hex, root first), read in one pass; None
+    for a chain with a block whose tokens were not recorded."""
+    wanted = sorted({block for chain in chains for block in chain})
     rows = connection.execute(
         """
         SELECT block_hash, any_value(token_ids) AS token_ids
@@ -227,9 +234,12 @@ def prefix_token_ids(connection: duckdb.DuckDBPyConnection, chain: list[str]) ->
         WHERE block_hash IN (SELECT CAST(unnest($hashes) AS UBIGINT))
         GROUP BY block_hash
         """,
-        {"hashes": [str(int(block, 16)) for block in chain]},
+        {"hashes": [str(int(block, 16)) for block in wanted]},
     ).fetchall()
     tokens = {hash_hex(block_hash): list(token_ids) for block_hash, token_ids in rows}
-    if any(block not in tokens for block in chain):
-        return None
-    return [token for block in chain for token in tokens[block]]
+    return [
+        [token for block in chain for token in tokens[block]]
+        if all(block in tokens for block in chain)
+        else None
+        for chain in chains
+    ]

@@ -133,26 +133,17 @@ def prefix_savings(
     connection: duckdb.DuckDBPyConnection, window: TimeWindow, limit: int = 15
 ) -> pd.DataFrame:
     """Per prefix family (block hashes sharing a first block), the `limit` most hit in the
-    window: block hits, the sum of hits * position (for attention), distinct blocks hit,
-    the deepest position, block-seconds held, and who stored the first block."""
-    if window.is_whole_run:
-        per_hash = "SELECT block_hash, hits, block_position FROM prefix_blocks WHERE hits > 0"
-    else:
-        per_hash = """
-            SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
-            FROM events WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end
-            GROUP BY block_hash
-        """
+    window: block hits, the sum of their positions (for attention), block-seconds its
+    blocks were held, and who stored the first block."""
     return connection.execute(
         f"""
-        WITH hits AS (
-            SELECT prefix_blocks.root_hash, sum(per_hash.hits) AS block_hits,
-                sum(per_hash.hits * per_hash.block_position) AS position_hits,
-                count(*) AS blocks_hit, max(per_hash.block_position) AS deepest_position
-            FROM ({per_hash}) AS per_hash
-            JOIN prefix_blocks USING (block_hash)
-            GROUP BY prefix_blocks.root_hash
-            ORDER BY block_hits DESC, prefix_blocks.root_hash
+        WITH hits AS MATERIALIZED (
+            SELECT root_hash, sum(block_hits) AS block_hits,
+                sum(position_hits) AS position_hits
+            FROM family_hits
+            WHERE bucket BETWEEN $first AND $last
+            GROUP BY root_hash
+            ORDER BY block_hits DESC, root_hash
             LIMIT $limit
         ),
         held AS (
@@ -162,15 +153,21 @@ def prefix_savings(
             GROUP BY root_hash
         )
         SELECT hits.root_hash, CAST(hits.block_hits AS BIGINT) AS block_hits,
-            CAST(hits.position_hits AS BIGINT) AS position_hits, hits.blocks_hit,
-            hits.deepest_position, coalesce(held.block_seconds, 0) AS block_seconds,
+            CAST(hits.position_hits AS BIGINT) AS position_hits,
+            coalesce(held.block_seconds, 0) AS block_seconds,
             root.tenant, root.lora, root.first_stored_by
         FROM hits
         LEFT JOIN held USING (root_hash)
         LEFT JOIN prefix_blocks AS root ON root.block_hash = hits.root_hash
         ORDER BY hits.block_hits DESC, hits.root_hash
         """,
-        {"start": window.start_ns, "end": window.end_ns, "limit": limit},
+        {
+            "start": window.start_ns,
+            "end": window.end_ns,
+            "first": window.first_bucket,
+            "last": window.last_bucket,
+            "limit": limit,
+        },
     ).df()
 
 

@@ -7,11 +7,14 @@ not millions of events.
   preemptions, drops, collisions, pool state);
 - `block_heat`: per time bucket and block bin, hits, stores and evictions;
 - `cache_lifetimes`: one row per store: when the block hash entered the cache, when it left
-  (evicted, cleared by a reset, or still cached at the end), who stored it;
+  (evicted, cleared by a reset, or still cached at the end), who stored it, and how many
+  hits it got meanwhile (each hit goes to the latest store of its hash before it);
 - `prefix_blocks`: one row per block hash: its parent, position, hits, stores, evictions,
   first and last use, time cached, the tenant and adapter that first stored it;
 - `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (the
-  latest store of the hash before the hit), with both cache salts.
+  latest store of the hash before the hit), with both cache salts;
+- `family_hits`: per time bucket and prefix family (the block hashes under one first block),
+  block hits and the sum of their positions (for the attention term of compute saved).
 """
 
 from __future__ import annotations
@@ -144,7 +147,14 @@ stores AS (
     WHERE kind = 'store'
 ),
 evictions AS (SELECT seq, ts_ns, block_id FROM events WHERE kind = 'evict'),
-resets AS (SELECT seq, ts_ns FROM events WHERE kind = 'reset')
+resets AS (SELECT seq, ts_ns FROM events WHERE kind = 'reset'),
+hits AS (SELECT seq, block_hash FROM events WHERE kind = 'hit'),
+lifetime_hits AS (
+    SELECT stores.seq AS store_seq, stores.block_hash, count(*) AS hits
+    FROM hits
+    ASOF JOIN stores ON hits.block_hash = stores.block_hash AND stores.seq < hits.seq
+    GROUP BY ALL
+)
 SELECT
     stores.block_hash,
     stores.parent_hash,
@@ -167,13 +177,16 @@ SELECT
     requests.tenant,
     requests.lora,
     requests.salt_hash,
-    request_roots.root_hash
+    request_roots.root_hash,
+    coalesce(lifetime_hits.hits, 0) AS hits
 FROM stores
 ASOF LEFT JOIN evictions
     ON stores.block_id = evictions.block_id AND evictions.seq > stores.seq
 ASOF LEFT JOIN resets ON resets.seq > stores.seq
 LEFT JOIN requests ON requests.request_id = stores.request_id
 LEFT JOIN request_roots ON request_roots.request_id = stores.request_id
+LEFT JOIN lifetime_hits
+    ON lifetime_hits.store_seq = stores.seq AND lifetime_hits.block_hash = stores.block_hash
 CROSS JOIN rollup_grid AS grid
 ORDER BY stores.seq, stores.block_position
 """
@@ -248,6 +261,21 @@ GROUP BY ALL
 ORDER BY ALL
 """
 
+_FAMILY_HITS = """
+CREATE OR REPLACE TABLE family_hits AS
+SELECT
+    (events.ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+    prefix_blocks.root_hash,
+    count(*) AS block_hits,
+    sum(events.block_position) AS position_hits
+FROM events
+JOIN prefix_blocks USING (block_hash)
+CROSS JOIN rollup_grid AS grid
+WHERE events.kind = 'hit'
+GROUP BY ALL
+ORDER BY bucket, prefix_blocks.root_hash
+"""
+
 # In build order: each may read the ones before it (and the `requests` table).
 ROLLUP_STATEMENTS = (
     _GRID,
@@ -256,4 +284,5 @@ ROLLUP_STATEMENTS = (
     _CACHE_LIFETIMES,
     _PREFIX_BLOCKS,
     _TENANT_SHARING,
+    _FAMILY_HITS,
 )

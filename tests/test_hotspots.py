@@ -66,17 +66,22 @@ def test_top_blocks_from_events_equal_the_rollup_over_the_whole_run(
 
 def test_hit_count_frequencies(connection: duckdb.DuckDBPyConnection) -> None:
     grid = time_grid(connection)
-    # A1 hit twice, A2 once; B3, C2, S1, S2 never.
+    # Six blocks were cached: A1 was hit twice while cached, A2 once; B3, C2, S1, S2 never.
     whole = hotspots.hit_count_frequencies(connection, grid.whole_run())
     assert whole.to_dict("records") == [
         {"hits": 0, "blocks": 4},
         {"hits": 1, "blocks": 1},
         {"hits": 2, "blocks": 1},
     ]
-    # In b0's bucket: A1 and A2 hit once, B3 stored and not hit.
+    # Cached in a0's bucket: A1 and A2, with all their hits (also those after the bucket).
+    assert hotspots.hit_count_frequencies(connection, grid.buckets(0, 0)).to_dict("records") == [
+        {"hits": 1, "blocks": 1},
+        {"hits": 2, "blocks": 1},
+    ]
+    # Cached in b0's bucket: B3, never hit before c0 evicted it.
     assert hotspots.hit_count_frequencies(connection, grid.buckets(200, 200)).to_dict(
         "records"
-    ) == [{"hits": 0, "blocks": 1}, {"hits": 1, "blocks": 2}]
+    ) == [{"hits": 0, "blocks": 1}]
 
 
 def test_histogram_and_skew() -> None:

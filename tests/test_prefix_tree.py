@@ -123,11 +123,16 @@ def test_node_summary_and_history(connection: duckdb.DuckDBPyConnection) -> None
 def test_prefix_token_ids(connection: duckdb.DuckDBPyConnection) -> None:
     names = hex_names(connection)
     assert prefix_tree.has_token_ids(connection)
-    assert prefix_tree.prefix_token_ids(connection, [names["A1"], names["A2"]]) == list(range(1, 9))
-    assert prefix_tree.prefix_token_ids(connection, [names["A1"], names["C2"]]) == [
-        1, 2, 3, 4, 21, 22, 23, 24,
-    ]  # fmt: skip
-    assert prefix_tree.prefix_token_ids(connection, [names["A1"], "00000000000000ff"]) is None
+    chains = [
+        [names["A1"], names["A2"]],
+        [names["A1"], names["C2"]],
+        [names["A1"], "00000000000000ff"],  # no such block
+    ]
+    assert prefix_tree.prefix_token_ids(connection, chains) == [
+        list(range(1, 9)),
+        [1, 2, 3, 4, 21, 22, 23, 24],
+        None,
+    ]
 
 
 def write_word_tokenizer(folder: Path, vocabulary_size: int) -> Path:

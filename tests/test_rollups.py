@@ -104,6 +104,17 @@ def test_cache_lifetimes_rows(connection: duckdb.DuckDBPyConnection) -> None:
     ]
 
 
+def test_lifetime_hits_and_family_hits(connection: duckdb.DuckDBPyConnection) -> None:
+    names = {value: name for name, value in stored_hashes(connection).items()}
+    lifetimes = connection.execute("SELECT block_hash, hits FROM cache_lifetimes").fetchall()
+    assert {names[block]: hits for block, hits in lifetimes} == {
+        "A1": 2, "A2": 1, "B3": 0, "C2": 0, "S1": 0, "S2": 0,
+    }  # fmt: skip
+    families = rows(connection, "SELECT * FROM family_hits ORDER BY bucket")
+    assert [(r["bucket"], names[r["root_hash"]], r["block_hits"], r["position_hits"])
+            for r in families] == [(200, "A1", 2, 1), (400, "A1", 1, 0)]  # fmt: skip
+
+
 def test_prefix_blocks_rows(connection: duckdb.DuckDBPyConnection) -> None:
     hashes = stored_hashes(connection)
     names = {value: name for name, value in hashes.items()}

@@ -68,27 +68,29 @@ def top_blocks_figure(top: pd.DataFrame) -> go.Figure:
 
 
 def hit_histogram_figure(histogram: pd.DataFrame) -> go.Figure:
-    """How many block hashes got 0, 1, 2, 3-4, ... hits (log scale: reuse is skewed)."""
+    """How many cached blocks got 0, 1, 2, 3-4, ... hits while cached (log scale: reuse is
+    skewed)."""
     figure = go.Figure(
         go.Bar(
             x=histogram["bin"],
             y=histogram["blocks"],
             marker_color=COLORS["blocks"],
             customdata=histogram["hits"],
-            hovertemplate="%{x} hits: %{y} blocks (%{customdata} hits)<extra></extra>",
+            hovertemplate="%{x} hits: %{y} cached blocks (%{customdata} hits)<extra></extra>",
         )
     )
     figure.update_layout(
         title="Hit-count distribution",
-        xaxis={"title": "hits per block hash", "type": "category"},
-        yaxis={"title": "block hashes (log scale)", "type": "log", "dtick": 1},
+        xaxis={"title": "hits while cached", "type": "category"},
+        yaxis={"title": "cached blocks (log scale)", "type": "log", "dtick": 1},
         **{**LAYOUT, "hovermode": "closest"},
     )
     return figure
 
 
 def concentration_figure(frequencies: pd.DataFrame) -> go.Figure:
-    """Share of all hits taken by the most-hit share of block hashes (a Lorenz-style curve)."""
+    """Share of all hits taken by the most-hit share of cached blocks (a Lorenz-style
+    curve)."""
     ordered = frequencies.sort_values("hits", ascending=False)
     blocks = ordered["blocks"].cumsum() / ordered["blocks"].sum()
     total_hits = (ordered["hits"] * ordered["blocks"]).sum()
@@ -111,7 +113,7 @@ def concentration_figure(frequencies: pd.DataFrame) -> go.Figure:
     )
     figure.update_layout(
         title="How concentrated reuse is",
-        xaxis={"title": "most-hit share of block hashes", "tickformat": ".0%"},
+        xaxis={"title": "most-hit share of cached blocks", "tickformat": ".0%"},
         yaxis={"title": "share of all hits", "tickformat": ".0%", "range": [0, 1.02]},
         **{**LAYOUT, "hovermode": "closest"},
     )

@@ -31,10 +31,14 @@ def render() -> None:
     frequencies = hotspots.hit_count_frequencies(connection, window)
     skew = hotspots.reuse_skew(frequencies)
     first, second, third, fourth = st.columns(4)
-    first.metric("Block hashes stored or hit", f"{skew['blocks']:,}")
+    first.metric("Blocks cached in this range", f"{skew['blocks']:,}")
     second.metric("Hits to the top 1 % of them", f"{skew['top_1pct_hit_share']:.1%}")
     third.metric("Hits to the top 10 %", f"{skew['top_10pct_hit_share']:.1%}")
-    fourth.metric("Never hit", f"{skew['never_hit_share']:.1%}")
+    fourth.metric("Never hit while cached", f"{skew['never_hit_share']:.1%}")
+    st.caption(
+        "Reuse counts each time a block was cached (stored), with the hits it got before it "
+        "was evicted or the run ended; the most-hit blocks below count hits in this range."
+    )
     top = hotspots.top_blocks(connection, window, TOP_BLOCKS)
     histogram = hotspots.hit_count_histogram(frequencies)
     left, right = st.columns(2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import duckdb
 import pandas as pd
 import streamlit as st
 
@@ -22,6 +23,7 @@ NODE_KEY = "prefix_tree_node"
 TOKENIZER_KEY = "prefix_tree_tokenizer"
 TREE_SIZES = (100, 300, 1_000, 3_000)
 HOTTEST_PREFIXES = 5
+HISTORY_ROWS = 500
 
 
 def render() -> None:
@@ -91,7 +93,9 @@ def _node_picker(drawn: pd.DataFrame) -> str:
     return str(chosen)
 
 
-def _node_details(connection: Any, window: TimeWindow, node: pd.Series, block_size: int) -> None:
+def _node_details(
+    connection: duckdb.DuckDBPyConnection, window: TimeWindow, node: pd.Series, block_size: int
+) -> None:
     block = str(node["block_hash"])
     summary = prefix_tree.node_summary(connection, int(block, 16), window)
     st.subheader(f"Block {block}")
@@ -109,8 +113,10 @@ def _node_details(connection: Any, window: TimeWindow, node: pd.Series, block_si
     fourth.metric("Times re-stored", f"{summary['restores']:,}")
     fifth.metric("First use", _seconds(summary["first_use_s"]))
     sixth.metric("Last use", _seconds(summary["last_use_s"]))
-    history = prefix_tree.node_history(connection, int(block, 16), window)
+    history = prefix_tree.node_history(connection, int(block, 16), window, HISTORY_ROWS)
     st.dataframe(history, hide_index=True, key="prefix_tree_history")
+    if len(history) == HISTORY_ROWS:
+        st.caption(f"The first {HISTORY_ROWS} hits, stores and evictions in the range.")
 
 
 def _seconds(value: float | None) -> str:
@@ -118,7 +124,10 @@ def _seconds(value: float | None) -> str:
 
 
 def _hottest_prefixes(
-    connection: Any, blocks: pd.DataFrame, drawn: pd.DataFrame, block_size: int
+    connection: duckdb.DuckDBPyConnection,
+    blocks: pd.DataFrame,
+    drawn: pd.DataFrame,
+    block_size: int,
 ) -> None:
     st.subheader("Hottest prefixes")
     tokens = (drawn["block_position"] + 1) * block_size
@@ -146,10 +155,11 @@ def _hottest_prefixes(
             key="prefix_tree_hottest",
         )
         return
-    for block, position, hits in zip(
-        hottest["block_hash"], hottest["block_position"], hottest["hits"], strict=True
+    chains = [prefix_tree.chain_to(blocks, block) for block in hottest["block_hash"]]
+    prefixes = prefix_tree.prefix_token_ids(connection, chains)
+    for block, position, hits, ids in zip(
+        hottest["block_hash"], hottest["block_position"], hottest["hits"], prefixes, strict=True
     ):
-        ids = prefix_tree.prefix_token_ids(connection, prefix_tree.chain_to(blocks, block))
         title = f"{(position + 1) * block_size:,} tokens, {hits:,} hits (block {block[:8]})"
         with st.expander(title):
             st.text(token_text.decode(tokenizer, ids) if ids else "(token ids missing)")

@@ -76,12 +76,12 @@ def render() -> None:
 
 
 def _labelled(prefixes: pd.DataFrame) -> pd.DataFrame:
-    """Name each family by its first block, tenant and size."""
+    """Name each family by its first block, tenant and hits."""
     roots = prefixes["root_hash"].map(hash_hex)
     labels = [
-        f"{root[:8]} ({tenant or '(none)'}, {blocks} blocks)"
-        for root, tenant, blocks in zip(
-            roots, prefixes["tenant"].fillna("(none)"), prefixes["blocks_hit"], strict=True
+        f"{root[:8]} ({tenant or '(none)'}, {hits:,} hits)"
+        for root, tenant, hits in zip(
+            roots, prefixes["tenant"].fillna("(none)"), prefixes["block_hits"], strict=True
         )
     ]
     return prefixes.assign(root_hash=roots, label=labels)
