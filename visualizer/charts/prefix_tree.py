@@ -10,6 +10,7 @@ from visualizer.charts import LAYOUT
 from visualizer.charts.palette import category_colors
 
 ROOT_ID = "all"
+ROOT_COLOR = "#eeeeee"
 COLOR_BY = ("tenant", "adapter", "age")
 MAX_DEPTH = 6
 
@@ -19,6 +20,20 @@ def node_label(first_position: int, last_position: int) -> str:
     if first_position == last_position:
         return f"pos {first_position}"
     return f"pos {first_position}-{last_position}"
+
+
+def tree_depth(nodes: pd.DataFrame) -> int:
+    """Levels of nodes below the root (1 when every node is a root's child)."""
+    parents = dict(zip(nodes["block_hash"], nodes["parent"], strict=True))
+    depths: dict[str, int] = {"": 0}
+    for start in nodes["block_hash"]:
+        chain, above = [], start
+        while above not in depths:  # walk up to a known depth, then fill in on the way down
+            chain.append(above)
+            above = parents[above]
+        for below in reversed(chain):
+            depths[below] = depths[parents[below]] + 1
+    return max(depths.values())
 
 
 def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> go.Figure:
@@ -46,7 +61,7 @@ def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> g
     else:
         categories = tenants if color_by == "tenant" else adapters
         legend = category_colors(categories)
-        marker = {"colors": ["#ffffff", *(legend[label] for label in categories)]}
+        marker = {"colors": [ROOT_COLOR, *(legend[label] for label in categories)]}
     figure = go.Figure(
         go.Icicle(
             ids=[ROOT_ID, *nodes["block_hash"]],
@@ -55,7 +70,7 @@ def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> g
             values=[int(nodes.loc[roots, "hits"].sum()), *nodes["hits"]],
             branchvalues="total",
             marker=marker,
-            maxdepth=MAX_DEPTH,
+            maxdepth=min(MAX_DEPTH, tree_depth(nodes) + 1),
             tiling={"orientation": "h"},
             customdata=[
                 ["", "", "", 0],

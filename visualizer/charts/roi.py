@@ -77,7 +77,9 @@ def saved_vs_held_figure(priced: pd.DataFrame, label_column: str, title: str) ->
         **{
             **LAYOUT,
             "hovermode": "closest",
-            "legend": {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0},
+            # Under the axis title whatever the chart's height: pinned to the container.
+            "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+            "margin": {"l": 60, "r": 20, "t": 60, "b": 80},
         },
     )
     return figure
