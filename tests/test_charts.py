@@ -79,7 +79,8 @@ def test_prefix_tree(connection: duckdb.DuckDBPyConnection) -> None:
     assert list(icicle.values) == [2, 2, 1]
     assert list(icicle.labels) == ["all prefixes<br>2 hits", "pos 0<br>2 hits", "pos 1<br>1 hits"]
     tenant_a = category_colors(["a"])["a"]
-    assert list(icicle.marker.colors) == ["#ffffff", tenant_a, tenant_a]
+    assert list(icicle.marker.colors) == [tree_charts.ROOT_COLOR, tenant_a, tenant_a]
+    assert icicle.maxdepth == 3  # the root and two levels: no empty columns
     assert [trace.name for trace in figure.data[1:]] == ["a"]  # the colour key
     assert [row[3] for row in icicle.customdata] == [0, 4, 8]  # prefix tokens
     by_age = tree_charts.prefix_tree_figure(nodes, "age", block_size=4).data[0]
