@@ -11,6 +11,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from collector.time_window import TimeWindow
+
 
 def run_config(connection: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """The runs row: source, cache settings, versions, start and finish."""
@@ -31,6 +33,20 @@ def time_span_ns(connection: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     if row is None or row[0] is None:
         return 0, 0
     return int(row[0]), int(row[1])
+
+
+def _covered(
+    connection: duckdb.DuckDBPyConnection, window: TimeWindow | None, max_points: int
+) -> dict[str, int]:
+    """What a timeline covers: origin (the run's first record), start and end (exclusive),
+    and a bucket long enough for about `max_points` points."""
+    if window is None:
+        origin, last = time_span_ns(connection)
+        start, end = origin, last + 1
+    else:
+        origin, start, end = window.run_start_ns, window.start_ns, window.end_ns
+    bucket = max((end - 1 - start) // max_points, 1)
+    return {"origin": origin, "start": start, "end": end, "bucket": bucket}
 
 
 def hit_rate_over_time(
@@ -62,75 +78,91 @@ def hit_rate_over_time(
     ).df()
 
 
-def pool_timeline(connection: duckdb.DuckDBPyConnection, max_points: int = 2_000) -> pd.DataFrame:
-    """Free-but-uncached, cached-but-free and in-use blocks over time.
+def pool_timeline(
+    connection: duckdb.DuckDBPyConnection,
+    max_points: int = 2_000,
+    window: TimeWindow | None = None,
+) -> pd.DataFrame:
+    """Free-but-uncached, cached-but-free and in-use blocks over time (in `window`, if given).
 
     Long runs are bucketed to about `max_points` points; each bucket keeps its fullest
     moment (fewest free blocks), so a dip toward empty never disappears from the chart.
     """
-    start_ns, end_ns = time_span_ns(connection)
-    bucket_ns = max((end_ns - start_ns) // max_points, 1)
     return connection.execute(
         """
         SELECT
-            (ts_ns - $start) // $bucket * $bucket / 1e9 AS t_s,
+            ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
             arg_min(num_free - num_cached_free, num_free) AS free_uncached,
             arg_min(num_cached_free, num_free) AS cached_free,
             arg_min(num_in_use, num_free) AS in_use,
             min(num_free) AS free
         FROM pool
+        WHERE ts_ns >= $start AND ts_ns < $end
         GROUP BY ALL
         ORDER BY t_s
         """,
-        {"start": start_ns, "bucket": bucket_ns},
+        _covered(connection, window, max_points),
     ).df()
 
 
 def event_times(
-    connection: duckdb.DuckDBPyConnection, kind: str, max_points: int = 400
+    connection: duckdb.DuckDBPyConnection,
+    kind: str,
+    max_points: int = 400,
+    window: TimeWindow | None = None,
 ) -> pd.DataFrame:
-    """When events of one kind happened, bucketed: t_s and how many in each bucket."""
-    start_ns, end_ns = time_span_ns(connection)
-    bucket_ns = max((end_ns - start_ns) // max_points, 1)
+    """When events of one kind happened (in `window`, if given), bucketed: t_s and how many
+    in each bucket."""
     return connection.execute(
         """
-        SELECT (ts_ns - $start) // $bucket * $bucket / 1e9 AS t_s, count(*) AS count
+        SELECT ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
+            count(*) AS count
         FROM events
-        WHERE kind = $kind
+        WHERE kind = $kind AND ts_ns >= $start AND ts_ns < $end
         GROUP BY ALL
         ORDER BY t_s
         """,
-        {"start": start_ns, "bucket": bucket_ns, "kind": kind},
+        {**_covered(connection, window, max_points), "kind": kind},
     ).df()
 
 
 def low_free_periods(
-    connection: duckdb.DuckDBPyConnection, threshold: float = 0.10
+    connection: duckdb.DuckDBPyConnection,
+    threshold: float = 0.10,
+    window: TimeWindow | None = None,
 ) -> pd.DataFrame:
-    """Stretches when free blocks (cached-but-free included) were under `threshold` of the pool."""
-    start_ns, _ = time_span_ns(connection)
+    """Stretches when free blocks (cached-but-free included) were under `threshold` of the
+    pool (in `window`, if given)."""
+    covered = _covered(connection, window, 1)
     return connection.execute(
         """
         WITH marked AS (
+            -- One ordering for both windows: a stretch is the low steps after the same
+            -- number of steps that were not low.
             SELECT ts_ns,
                 num_free < $threshold * (num_free + num_in_use) AS low,
-                lead(ts_ns) OVER (ORDER BY seq) AS next_ns
+                lead(ts_ns) OVER by_seq AS next_ns,
+                sum(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 0 ELSE 1 END)
+                    OVER by_seq AS stretch
             FROM pool
-        ),
-        runs_of_low AS (
-            SELECT *, sum(CASE WHEN low THEN 0 ELSE 1 END) OVER (ORDER BY ts_ns, next_ns) AS stretch
-            FROM marked
+            WHERE ts_ns >= $start AND ts_ns < $end
+            WINDOW by_seq AS (ORDER BY seq)
         )
         SELECT
-            (min(ts_ns) - $start) / 1e9 AS start_s,
-            (max(coalesce(next_ns, ts_ns)) - $start) / 1e9 AS end_s,
+            (min(ts_ns) - $origin) / 1e9 AS start_s,
+            (max(coalesce(next_ns, ts_ns)) - $origin) / 1e9 AS end_s,
             count(*) AS steps
-        FROM runs_of_low
+        FROM marked
         WHERE low
         GROUP BY stretch
         ORDER BY start_s
         """,
-        {"start": start_ns, "threshold": threshold},
+        {
+            "origin": covered["origin"],
+            "start": covered["start"],
+            "end": covered["end"],
+            "threshold": threshold,
+        },
     ).df()
 
 
@@ -197,17 +229,21 @@ def tenant_hit_ratios(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def free_block_extremes(
-    connection: duckdb.DuckDBPyConnection, threshold: float = 0.10
+    connection: duckdb.DuckDBPyConnection,
+    threshold: float = 0.10,
+    window: TimeWindow | None = None,
 ) -> dict[str, float | int]:
     """The fewest free blocks seen, the pool's usable size, and the share of steps spent
-    under `threshold` of the pool free."""
+    under `threshold` of the pool free (in `window`, if given)."""
+    covered = _covered(connection, window, 1)
     row = connection.execute(
         """
         SELECT min(num_free), max(num_free + num_in_use),
             avg(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 1 ELSE 0 END)
         FROM pool
+        WHERE ts_ns >= $start AND ts_ns < $end
         """,
-        {"threshold": threshold},
+        {"start": covered["start"], "end": covered["end"], "threshold": threshold},
     ).fetchone()
     if row is None or row[0] is None:
         return {"min_free_blocks": 0, "usable_blocks": 0, "low_free_step_share": 0.0}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collector.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
@@ -149,7 +150,7 @@ CREATE_STATEMENTS = (
     *VLLM_KV_STATEMENTS,
 )
 
-# Derived from events by `finalize`; rebuilt whole each time.
+# Derived from events by `finalize`; rebuilt whole each time, in this order.
 DERIVED_STATEMENTS = (
     """CREATE OR REPLACE TABLE requests AS
     SELECT
@@ -169,4 +170,5 @@ DERIVED_STATEMENTS = (
     WHERE kind IN ('arrive', 'lookup', 'schedule', 'preempt', 'finish')
         AND request_id IS NOT NULL
     GROUP BY request_id""",
+    *ROLLUP_STATEMENTS,
 )

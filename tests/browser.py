@@ -111,8 +111,12 @@ def screenshot_page(
         time.sleep(0.5)
     time.sleep(1.5)  # let the last chart finish its transition
     exceptions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
-    height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1500, max(1300, min(int(height) + 200, 6000)))
+    # Streamlit scrolls its main section, not the body: measure the page's content.
+    height = driver.execute_script(
+        "const content = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
+        "return content ? content.scrollHeight + 80 : document.body.scrollHeight"
+    )
+    driver.set_window_size(1500, max(1300, min(int(height) + 200, 8000)))
     time.sleep(0.5)
     driver.save_screenshot(str(path))
     return {

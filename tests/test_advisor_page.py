@@ -20,7 +20,7 @@ def advisor_page() -> AppTest:
     app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=120)
     app.session_state["run_path"] = str(SAMPLE_RUN)
     app.run()
-    app.switch_page("pages/advisor.py")
+    app.switch_page("views/advisor.py")
     app.run()
     assert not app.exception, app.exception
     return app

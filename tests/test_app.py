@@ -1,45 +1,309 @@
-"""The app on the committed sample run: every page renders, with non-empty charts."""
+"""The app in Streamlit's AppTest: every page on the sample run, with non-empty charts and
+their downloads; the run picker, the time filter, a prefix-tree selection and the ROI inputs
+driven like a user would; every page on a window with nothing in it."""
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
+from pathlib import Path
+from typing import Any
 
+import duckdb
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from collector import activity, prefix_tree, roi
+from collector.summary import run_summary
+from collector.time_window import time_grid
 from tests.conftest import REPO, SAMPLE_RUN
+from tests.runs import shared_prefix_run
 
-PAGES = ["pages/overview.py", "pages/free_blocks.py", "pages/advisor.py"]
+PAGES = [
+    "views/overview.py",
+    "views/hotspots.py",
+    "views/prefix_tree.py",
+    "views/roi.py",
+    "views/free_blocks.py",
+    "views/collisions.py",
+    "views/tenants.py",
+    "views/advisor.py",
+    "views/compare.py",
+]
+SECOND_SAMPLE_RUN = SAMPLE_RUN.with_name("run_block32.duckdb")
+DATA_FIELDS = ("x", "y", "z", "values", "ids")
 
 
-def run_page(page: str) -> AppTest:
+def start(run: Path = SAMPLE_RUN, **session: Any) -> AppTest:
     app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-    app.session_state["run_path"] = str(SAMPLE_RUN)
+    app.session_state["run_path"] = str(run)
+    for key, value in session.items():
+        app.session_state[key] = value
     app.run()
-    if page != PAGES[0]:
-        app.switch_page(page)
-        app.run()
     assert not app.exception, app.exception
     return app
 
 
-def chart_traces(app: AppTest) -> list[list[dict]]:
-    charts = app.get("plotly_chart")
-    return [json.loads(chart.proto.spec)["data"] for chart in charts]
+def go_to(app: AppTest, page: str) -> AppTest:
+    app.switch_page(page)
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+def chart_traces(app: AppTest) -> list[list[dict[str, Any]]]:
+    return [json.loads(chart.proto.spec)["data"] for chart in app.get("plotly_chart")]
+
+
+def values(trace: dict[str, Any], field: str) -> list[Any]:
+    """A trace's data, decoded when Plotly sent it as a typed array (dtype + base64)."""
+    data = trace.get(field)
+    if isinstance(data, dict):
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
+    return list(data or [])
+
+
+def metrics(app: AppTest) -> dict[str, str]:
+    return {metric.label: metric.value for metric in app.metric}
+
+
+def captions(app: AppTest) -> str:
+    return "\n".join(caption.value for caption in app.caption)
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_non_empty_charts(page: str) -> None:
-    app = run_page(page)
+def test_every_page_renders_non_empty_charts_with_downloads(page: str) -> None:
+    app = go_to(start(), page)
     traces = chart_traces(app)
     assert traces, "the page draws at least one chart"
     for data in traces:
-        assert data, "a chart without traces"
-        assert any(len(trace.get("x", [])) > 0 for trace in data)
+        assert any(values(trace, field) for trace in data for field in DATA_FIELDS), data
+    downloads = [button.proto.label for button in app.get("download_button")]
+    assert downloads == ["Data (CSV)", "Figure (HTML)"] * len(traces)
 
 
 def test_overview_figures_match_the_summary() -> None:
-    app = run_page(PAGES[0])
-    metrics = {metric.label: metric.value for metric in app.metric}
-    assert metrics["Requests"] == "490"
-    assert metrics["Hit ratio (tokens)"].endswith("%")
+    app = start()
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        summary = run_summary(connection)
+    shown = metrics(app)
+    assert shown["Requests"] == f"{summary['requests']:,}" == "490"
+    assert shown["Hit ratio (tokens)"] == f"{summary['token_hit_ratio']:.1%}"
+    assert shown["Hit ratio (blocks)"] == f"{summary['block_hit_ratio']:.1%}"
+    assert shown["Tokens saved"] == f"{summary['hit_tokens']:,}"
+    assert shown["Evictions"] == f"{summary['evictions']:,}"
+    assert shown["Collisions"] == "0"
+    assert shown["Dropped events"] == "0"
+
+
+def test_run_picker_switches_to_another_run_in_the_folder() -> None:
+    app = start()
+    picker = app.selectbox(key="run_picker")
+    assert picker.options == ["run.duckdb", "run_block32.duckdb"]
+    picker.select(str(SECOND_SAMPLE_RUN)).run()
+    assert not app.exception, app.exception
+    assert app.session_state["run_path"] == str(SECOND_SAMPLE_RUN)
+    assert "block size 32" in captions(app)
+    with duckdb.connect(str(SECOND_SAMPLE_RUN), read_only=True) as connection:
+        summary = run_summary(connection)
+    assert metrics(app)["Hit ratio (tokens)"] == f"{summary['token_hit_ratio']:.1%}"
+    # The page itself follows the run on the next page too.
+    assert "block size 32" in captions(go_to(app, "views/overview.py"))
+
+
+def test_run_picker_reads_any_folder_and_refuses_a_foreign_file(tmp_path: Path) -> None:
+    run = shared_prefix_run(tmp_path / "runs")
+    (tmp_path / "runs" / "notes.duckdb").write_bytes(b"not a database")
+    app = start()
+    app.text_input(key="run_folder").input(str(tmp_path / "runs")).run()
+    picker = app.selectbox(key="run_picker")
+    # The run shown stays first (with its folder: it is not in this one) until another is
+    # picked.
+    assert picker.options == [str(SAMPLE_RUN), "notes.duckdb", "run.duckdb"]
+    picker.select(str(run)).run()
+    assert not app.exception, app.exception
+    assert metrics(app)["Requests"] == "4"
+    app.selectbox(key="run_picker").select(str(tmp_path / "runs" / "notes.duckdb")).run()
+    assert not app.exception, app.exception
+    assert "notes.duckdb" in app.error[0].value
+
+
+def test_time_filter_narrows_every_page() -> None:
+    app = start()
+    app.slider(key="time_range").set_range(50.0, 100.0).run()
+    assert not app.exception, app.exception
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        window = time_grid(connection).window(50.0, 100.0)
+        figures = activity.window_figures(connection, window)
+    shown = metrics(app)
+    assert shown["Requests"] == f"{figures['requests']:,}"
+    assert shown["Hit ratio (tokens)"] == f"{figures['token_hit_ratio']:.1%}"
+    assert 0 < figures["requests"] < 490
+    # The same range on another page, and on its chart's axis.
+    app = go_to(app, "views/collisions.py")
+    assert "50.0-100.0 s of 235.5 s" in captions(app)
+    assert f"{figures['block_hits']:,} block hits checked" in app.success[0].value
+    times = values(chart_traces(app)[0][0], "x")
+    assert min(times) >= 50.0 and max(times) < 100.0
+
+
+def test_prefix_tree_selection_shows_that_block() -> None:
+    app = go_to(start(), "views/prefix_tree.py")
+    picker = app.selectbox(key="prefix_tree_node")
+    chosen = picker.options[3]
+    block = chosen.rsplit(" · ", 1)[1]  # labels end with the hash's first 8 hex digits
+    picker.select_index(3).run()
+    assert not app.exception, app.exception
+    block_id = next(
+        header.value.split()[1] for header in app.subheader if header.value.startswith("Block")
+    )
+    assert block_id.startswith(block)
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        summary = prefix_tree.node_summary(
+            connection, int(block_id, 16), time_grid(connection).whole_run()
+        )
+    shown = metrics(app)
+    assert shown["Hits"] == f"{summary['hits']:,}"
+    assert shown["Times evicted"] == f"{summary['evictions']:,}"
+    assert shown["Times re-stored"] == f"{summary['restores']:,}"
+    history = next(table.value for table in app.dataframe if "kind" in table.value)
+    assert (history["kind"] == "hit").sum() == summary["hits"]
+
+
+def test_prefix_tree_colour_size_and_merge_controls() -> None:
+    app = go_to(start(), "views/prefix_tree.py")
+    merged_nodes = len(values(chart_traces(app)[0][0], "ids"))
+    app.toggle(key="prefix_tree_merge").set_value(False).run()
+    app.radio(key="prefix_tree_colour").set_value("age").run()
+    app.select_slider(key="prefix_tree_size").set_value(100).run()
+    assert not app.exception, app.exception
+    icicle = chart_traces(app)[0][0]
+    assert len(values(icicle, "ids")) == 100 + 1  # a block each, under one root
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        nodes = prefix_tree.tree_nodes(connection, time_grid(connection).whole_run(), 1_000)
+    assert merged_nodes == len(prefix_tree.merge_unbranched(nodes)) + 1 < 1_000
+    assert icicle["marker"]["colorscale"]
+
+
+def write_word_tokenizer(folder: Path) -> Path:
+    """A real tokenizer on disk, token i being the word "w<i>", for the whole vocabulary."""
+    from tokenizers import Tokenizer, models
+
+    vocabulary = {f"w{index}": index for index in range(32_000)}
+    folder.mkdir(parents=True)
+    Tokenizer(models.WordLevel(vocabulary, unk_token="w0")).save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_prefix_text_needs_token_ids_and_a_local_tokenizer(tmp_path: Path) -> None:
+    app = go_to(start(), "views/prefix_tree.py")
+    assert "Lengths only: no tokenizer is on this machine" in captions(app)
+    assert not app.expander
+    folder = write_word_tokenizer(tmp_path / "tokenizer")
+    app.text_input(key="prefix_tree_tokenizer").input(str(folder)).run()
+    assert not app.exception, app.exception
+    assert len(app.expander) == 5
+    texts = [element.value for element in app.get("text")]
+    assert len(texts) == 5 and all(text.startswith("w") for text in texts)
+    # The sample's shortest hot prefix is a tenant's system prompt: 22 blocks of 16 tokens.
+    assert min(len(text.split()) for text in texts) == 22 * 16
+    # A run without token ids shows lengths, whatever the tokenizer.
+    second = go_to(
+        start(SECOND_SAMPLE_RUN, prefix_tree_tokenizer=str(folder)), "views/prefix_tree.py"
+    )
+    assert "the run did not record token ids" in captions(second)
+
+
+def test_roi_inputs_change_every_estimate() -> None:
+    app = go_to(start(), "views/roi.py")
+    before = metrics(app)
+    app.number_input(key="roi_dollars_per_gpu_hour").set_value(5.0).run()
+    assert not app.exception, app.exception
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        window = time_grid(connection).whole_run()
+        figures = activity.window_figures(connection, window)
+        held = roi.held_block_seconds(connection, window)
+    expected = roi.roi_figures(
+        roi.CostModel(dollars_per_gpu_hour=5.0),
+        hit_tokens=figures["hit_tokens"],
+        hit_tokens_squared=figures["hit_tokens_squared"],
+        block_seconds=held,
+        block_size=16,
+        duration_s=window.duration_s,
+    )
+    after = metrics(app)
+    assert after["Compute saved"] == f"${expected['dollars_saved']:,.4g}"
+    assert after["GPU-seconds saved"] == before["GPU-seconds saved"]
+    assert "$5/GPU-hour" in captions(app)
+    # A model preset fills in its shape; editing one field makes the model "custom".
+    app.selectbox(key="roi_model").select("Llama-3.1-70B").run()
+    assert app.number_input(key="roi_parameters_billion").value == 70.6
+    assert "Llama-3.1-70B: 70.6 B parameters, 80 layers x 64 heads" in captions(app)
+    app.number_input(key="roi_num_layers").set_value(40).run()
+    assert "custom (Llama-3.1-70B-like): 70.6 B parameters, 40 layers" in captions(app)
+    assert float(metrics(app)["GPU-seconds saved"]) > float(before["GPU-seconds saved"])
+    # Other pages price with the same assumptions.
+    tenants = go_to(app, "views/tenants.py")
+    assert "40 layers" in captions(tenants) and "$5/GPU-hour" in captions(tenants)
+    # And coming back, the inputs are as they were left.
+    app = go_to(tenants, "views/roi.py")
+    assert app.number_input(key="roi_num_layers").value == 40
+    assert app.selectbox(key="roi_model").value == "Llama-3.1-70B"
+
+
+def test_compare_runs_side_by_side() -> None:
+    app = go_to(start(), "views/compare.py")
+    assert app.selectbox(key="compare_run").options == ["run_block32.duckdb"]
+    with duckdb.connect(str(SECOND_SAMPLE_RUN), read_only=True) as connection:
+        second = run_summary(connection)
+    assert metrics(app)["Hit ratio (tokens)"] == f"{second['token_hit_ratio']:.1%}"
+    settings = next(table.value for table in app.dataframe if "setting" in table.value)
+    assert settings.loc[settings["differs"], "setting"].tolist() == ["block_size", "num_blocks"]
+
+
+def test_compare_with_no_other_run(tmp_path: Path) -> None:
+    run = tmp_path / "only.duckdb"
+    shutil.copy(SAMPLE_RUN, run)
+    app = go_to(start(run), "views/compare.py")
+    assert "Put another run in" in app.info[0].value
+    assert not app.get("plotly_chart")
+
+
+def said(app: AppTest) -> str:
+    """Everything the page said in metrics, notes and messages."""
+    notes = [f"{label}: {value}" for label, value in metrics(app).items()]
+    for kind in ("info", "success", "warning", "error", "caption"):
+        notes += [element.value for element in app.get(kind)]
+    return "\n".join(notes)
+
+
+@pytest.mark.parametrize(
+    ("page", "message"),
+    [
+        ("views/overview.py", "Nothing happened in this time range."),
+        ("views/hotspots.py", "No block was hit, stored or evicted in this time range."),
+        ("views/prefix_tree.py", "No block was hit in this time range."),
+        ("views/roi.py", "GPU-seconds saved: 0.0"),
+        ("views/free_blocks.py", "No pool snapshot in this time range."),
+        ("views/collisions.py", "0 in 0 block hits checked"),
+        ("views/tenants.py", "No block hit in this time range."),
+        ("views/compare.py", "Put another run in"),
+    ],
+)
+def test_pages_on_a_window_with_nothing_in_it(tmp_path: Path, page: str, message: str) -> None:
+    # 1-2 ms into the small run: between a0 (0 ms) and b0 (10 ms) nothing happened.
+    app = start(shared_prefix_run(tmp_path))
+    app.slider(key="time_range").set_range(0.001, 0.002).run()
+    app = go_to(app, page)
+    assert "0.001-0.002 s of 0.0301 s" in captions(app) or page == "views/compare.py"
+    assert message in said(app)
+
+
+def test_collisions_page_says_when_the_check_was_off(tmp_path: Path) -> None:
+    from tests.helpers import tiny_run
+    from tests.runs import SHARED_PREFIX
+
+    app = go_to(start(tiny_run(tmp_path, SHARED_PREFIX, num_blocks=6)), "views/collisions.py")
+    assert "recorded without the collision check, so no hit was checked" in said(app)

@@ -100,3 +100,31 @@ def test_tenant_hit_ratios(tmp_path: Path) -> None:
             "hit_ratio": 0.0,
         },
     ]
+
+
+def test_free_block_queries_in_a_window(tmp_path: Path) -> None:
+    from collector.time_window import time_grid
+    from tests.runs import shared_prefix_run
+
+    with duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True) as connection:
+        # b0's bucket: two pool snapshots at 10 ms, after its prefill (2 of 5 blocks free)
+        # and after it finished (all 5 free).
+        window = time_grid(connection).buckets(200, 200)
+        timeline = queries.pool_timeline(connection, window=window)
+        low = queries.low_free_periods(connection, 0.5, window)
+        extremes = queries.free_block_extremes(connection, 0.5, window)
+        evictions = queries.event_times(connection, "evict", window=window)
+        late_evictions = queries.event_times(
+            connection, "evict", window=time_grid(connection).buckets(550, 600)
+        )
+    assert timeline.to_dict("records") == [
+        {"t_s": 0.01, "free_uncached": 2, "cached_free": 0, "in_use": 3, "free": 2}
+    ]
+    assert low.to_dict("records") == [{"start_s": 0.01, "end_s": 0.01, "steps": 1}]
+    assert extremes == {"min_free_blocks": 2, "usable_blocks": 5, "low_free_step_share": 0.5}
+    assert evictions.empty
+    # 27.5-30.05 ms in 400 buckets of 6,374 ns: the eviction at 30 ms is in the one that
+    # starts 392 buckets in.
+    assert late_evictions.to_dict("records") == [
+        {"t_s": (27_500_000 + 392 * 6_374) / 1e9, "count": 1}
+    ]

@@ -1,9 +1,11 @@
-"""Every page in a real headless Chromium, against a real app server, on the sample run."""
+"""Every page in a real headless Chromium, against a real app server, on the sample run; and
+a click on the prefix tree picking that block."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,18 @@ from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screensh
 from tests.conftest import REPO, SAMPLE_RUN
 
 # url path -> charts the page must draw
-PAGES = {"": 2, "free_blocks": 1, "vllm_kv_events": 0, "advisor": 5}
+PAGES = {
+    "": 5,
+    "hotspots": 4,
+    "prefix_tree": 1,
+    "roi": 3,
+    "free_blocks": 1,
+    "collisions": 1,
+    "tenants": 3,
+    "advisor": 5,
+    "compare": 2,
+    "vllm_kv_events": 0,
+}
 
 
 def png_is_not_blank(path: Path) -> bool:
@@ -23,10 +36,14 @@ def png_is_not_blank(path: Path) -> bool:
     return colors is None or len(colors) > 50
 
 
-@pytest.mark.slow
-def test_screenshot_of_every_page(tmp_path: Path) -> None:
+def need_chromium() -> None:
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.fail("Debian's chromium and chromium-driver are needed (see .ci/run)")
+
+
+@pytest.mark.slow
+def test_screenshot_of_every_page(tmp_path: Path) -> None:
+    need_chromium()
     keep = os.environ.get("KVSCOPE_SCREENSHOTS")
     with app_server(REPO, "--db", str(SAMPLE_RUN)) as url, chromium() as driver:
         for page, min_charts in PAGES.items():
@@ -34,7 +51,41 @@ def test_screenshot_of_every_page(tmp_path: Path) -> None:
             seen = screenshot_page(driver, f"{url}/{page}", path, min_charts)
             assert seen["exceptions"] == [], seen
             assert seen["charts"] >= min_charts, seen
+            assert seen["title"] == "kvscope", seen
             assert png_is_not_blank(path)
             if keep:
                 Path(keep).mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, Path(keep) / path.name)
+
+
+@pytest.mark.slow
+def test_clicking_a_prefix_tree_node_picks_that_block(tmp_path: Path) -> None:
+    need_chromium()
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    with app_server(REPO, "--db", str(SAMPLE_RUN)) as url, chromium() as driver:
+        screenshot_page(driver, f"{url}/prefix_tree", tmp_path / "tree.png", 1)
+
+        def block_shown() -> str:
+            headers = driver.find_elements(By.CSS_SELECTOR, "h3")
+            return next(h.text for h in headers if h.text.startswith("Block "))
+
+        before = block_shown()
+        nodes = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot g.slice")
+        # The acme system prompt's continuation (positions 28-43), below its first node.
+        target = next(node for node in nodes if node.text.startswith("pos 28-43"))
+        ActionChains(driver).move_to_element(target).click().perform()
+        deadline = time.monotonic() + 30
+        while block_shown() == before and time.monotonic() < deadline:
+            time.sleep(0.5)
+        chosen = block_shown().removeprefix("Block ")
+        assert chosen != before.removeprefix("Block ")
+        # The select box and the block's details follow the click.
+        picker = driver.find_element(
+            By.CSS_SELECTOR, 'input[aria-label="Block (or click one in the tree)"]'
+        )
+        picked = picker.get_attribute("value")
+        assert picked.startswith("pos 28-43 ·") and picked.endswith(chosen[:8])
+        captions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stCaptionContainer"]')
+        assert any(text.text.startswith("pos 28-43 of the prompt") for text in captions)

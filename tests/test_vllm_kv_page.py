@@ -35,7 +35,7 @@ from tests.vllm_kv_pipeline import (
 )
 from visualizer.vllm_kv_charts import vllm_kv_activity_figure
 
-PAGE = "pages/vllm_kv_events.py"
+PAGE = "views/vllm_kv_events.py"
 SETTINGS = CacheSettings(block_size=16, num_blocks=600)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 
 from visualizer.charts import LAYOUT
@@ -47,3 +48,13 @@ def chart_figure(chart: dict[str, Any]) -> go.Figure:
         **LAYOUT,
     )
     return figure
+
+
+def chart_data(chart: dict[str, Any]) -> pd.DataFrame:
+    """The numbers behind a suggestion's chart, one row per point of each series."""
+    rows = [
+        {"series": series["name"], "x": x, "y": y}
+        for series in chart["series"]
+        for x, y in zip(series["x"], series["y"], strict=True)
+    ]
+    return pd.DataFrame(rows, columns=["series", "x", "y"])

@@ -9,16 +9,22 @@ import streamlit as st
 from visualizer import live_refresh
 from visualizer.run_source import current_run
 
-PAGES = Path(__file__).parent / "pages"
+PAGES = Path(__file__).parent / "views"
 
 
 def main() -> None:
     st.set_page_config(page_title="kvscope", layout="wide")
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", default=True),
+        st.Page(PAGES / "hotspots.py", title="Hotspots"),
+        st.Page(PAGES / "prefix_tree.py", title="Prefix tree"),
+        st.Page(PAGES / "roi.py", title="ROI"),
         st.Page(PAGES / "free_blocks.py", title="Free blocks"),
-        st.Page(PAGES / "vllm_kv_events.py", title="vLLM KV events"),
+        st.Page(PAGES / "collisions.py", title="Collisions"),
+        st.Page(PAGES / "tenants.py", title="Tenants & adapters"),
         st.Page(PAGES / "advisor.py", title="Advisor"),
+        st.Page(PAGES / "compare.py", title="Compare runs"),
+        st.Page(PAGES / "vllm_kv_events.py", title="vLLM KV events"),
     ]
     navigation = st.navigation(pages)
     with st.sidebar:

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from collector.store import live_copy_path, open_readable
+from collector.store import StoreError, live_copy_path, open_readable
 
 SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
 RUN_PATH_KEY = "run_path"
@@ -49,3 +49,20 @@ def connect(path: Path) -> duckdb.DuckDBPyConnection:
     (opened once per version of either)."""
     versions = (_version(path), _version(live_copy_path(path)))
     return _connection(str(path), versions).cursor()
+
+
+def runs_in_folder(folder: Path) -> list[Path]:
+    """The `.duckdb` files in a folder, by name (none if it is not a folder)."""
+    if not folder.is_dir():
+        return []
+    return sorted(path for path in folder.glob("*.duckdb") if path.is_file())
+
+
+def open_current_run() -> duckdb.DuckDBPyConnection:
+    """A connection to the chosen run; if it cannot be opened, says why and stops the page."""
+    path = current_run()
+    try:
+        return connect(path)
+    except (StoreError, OSError) as error:
+        st.error(f"Cannot show this run. {error}")
+        st.stop()

@@ -50,26 +50,36 @@ def hit_rate_figure(buckets: pd.DataFrame) -> go.Figure:
 
 
 def activity_figure(buckets: pd.DataFrame) -> go.Figure:
-    """Requests admitted and blocks evicted per time bucket."""
+    """Blocks evicted (bars) and requests admitted (line, right axis) per time bucket: the
+    two differ by orders of magnitude, so each gets its own axis."""
     figure = go.Figure()
-    figure.add_bar(
-        x=buckets["t_s"],
-        y=buckets["requests"],
-        name="requests admitted",
-        marker_color=COLORS["tokens"],
-    )
     figure.add_bar(
         x=buckets["t_s"],
         y=buckets["evictions"],
         name="blocks evicted",
         marker_color=COLORS["evictions"],
     )
+    figure.add_scatter(
+        x=buckets["t_s"],
+        y=buckets["requests"],
+        name="requests admitted",
+        mode="lines+markers",
+        line={"color": COLORS["tokens"]},
+        yaxis="y2",
+    )
     figure.update_layout(
         title="Requests and evictions over time",
         xaxis_title="time (s)",
-        yaxis_title="count per bucket",
-        barmode="group",
-        **LAYOUT,
+        yaxis={"title": "blocks evicted per bucket", "rangemode": "tozero"},
+        yaxis2={
+            "title": "requests per bucket",
+            "overlaying": "y",
+            "tickmode": "auto",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+        },
+        **{**LAYOUT, "margin": {"l": 60, "r": 60, "t": 60, "b": 40}},
     )
     return figure
 
@@ -135,7 +145,7 @@ def free_blocks_figure(
             hovertemplate="%{customdata} preempted<extra></extra>",
         )
     figure.update_layout(
-        title="KV cache blocks over time (in use at the bottom; the dashed line is 10 % free)",
+        title="KV cache blocks over time",
         xaxis_title="time (s)",
         yaxis={"title": "blocks", "range": [0, num_usable_blocks * 1.1]},
         **LAYOUT,

@@ -9,7 +9,9 @@ from typing import Any
 
 import streamlit as st
 
-from visualizer.advisor_charts import chart_figure
+from visualizer import controls
+from visualizer.advisor_charts import chart_data, chart_figure
+from visualizer.downloads import show_chart
 from visualizer.run_source import connect, current_run
 
 
@@ -72,6 +74,7 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
 
 
 def render() -> None:
+    controls.render()
     path = current_run()
     st.title("Advisor")
     spec, gpu, whatif = _assumptions()
@@ -86,14 +89,16 @@ def render() -> None:
         f"{document['run_config']['num_blocks']:,} blocks; token hit ratio "
         f"{document['token_hit_ratio']:.1%}. Predictions come from one-pass LRU curves (one "
         "request at a time) unless a what-if sweep is given; memory assumes "
-        f"{spec['name']} with a {spec['dtype']} KV cache."
+        f"{spec['name']} with a {spec['dtype']} KV cache. The advice covers the whole run "
+        "(the time filter does not apply here)."
     )
     first, second, third = st.columns(3)
     first.metric("Suggestions", len(suggestions))
     second.metric("High severity", sum(entry["severity"] == "high" for entry in suggestions))
     gain = max((entry["gain_tokens"] for entry in suggestions), default=0.0)
     third.metric("Largest predicted gain", f"{gain:,.0f} tokens")
-    st.plotly_chart(chart_figure(result["curves"]), key="advisor_whatif_curves")
+    curves = result["curves"]
+    show_chart(chart_figure(curves), chart_data(curves), key="advisor_whatif_curves")
     for entry in suggestions:
         _suggestion(entry)
     st.subheader("Checks")
@@ -108,8 +113,11 @@ def _suggestion(entry: dict[str, Any]) -> None:
     st.markdown(f"**Do this**: {entry['action']}")
     columns = st.columns(max(len(entry["charts"]), 1))
     for number, chart in enumerate(entry["charts"]):
-        columns[number].plotly_chart(
-            chart_figure(chart), key=f"advisor_{entry['rank']}_chart_{number}"
+        show_chart(
+            chart_figure(chart),
+            chart_data(chart),
+            key=f"advisor_{entry['rank']}_chart_{number}",
+            container=columns[number],
         )
 
 

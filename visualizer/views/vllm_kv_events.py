@@ -7,8 +7,8 @@ import duckdb
 import streamlit as st
 
 from collector import vllm_kv_queries
-from visualizer import vllm_kv_charts
-from visualizer.run_source import connect, current_run
+from visualizer import controls, vllm_kv_charts
+from visualizer.downloads import show_chart
 
 HOW_TO_COLLECT = """
 Start vLLM with its KV events on (ZMQ publisher, replay socket for lost batches), then point
@@ -50,7 +50,7 @@ LIMITS = """
 
 
 def render() -> None:
-    connection = connect(current_run())
+    connection, _ = controls.render()  # vLLM's events are shown for the whole run
     summary = vllm_kv_queries.vllm_kv_summary(connection)
     st.title("vLLM's KV events")
     if summary["batches"] == 0 and summary["gaps"] == 0:
@@ -86,7 +86,7 @@ def render_received(connection: duckdb.DuckDBPyConnection, summary: dict[str, in
         f"{summary['publisher_restarts']} (vLLM numbers its batches from 0 again after one)."
     )
     activity = vllm_kv_queries.vllm_kv_activity(connection)
-    st.plotly_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), key="vllm_kv_activity")
+    show_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), activity, key="vllm_kv_activity")
     render_gaps(connection, summary)
     render_conflicts(connection, summary)
 

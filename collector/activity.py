@@ -1,0 +1,92 @@
+"""What a run did in a time window, read from `time_rollup`: headline figures and the same
+figures over time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from collector.time_window import TimeWindow
+
+# Summed per bucket in `time_rollup`; all but hit_tokens_squared are `run_summary` figures.
+_SUMMED = (
+    "requests",
+    "prompt_tokens",
+    "hit_tokens",
+    "hit_tokens_squared",
+    "prompt_blocks",
+    "hit_blocks",
+    "block_hits",
+    "stores",
+    "evictions",
+    "preemptions",
+    "resets",
+    "collisions",
+    "dropped_events",
+)
+
+
+def window_figures(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> dict[str, Any]:
+    """The headline figures of `run_summary`, counted inside the window."""
+    sums = ", ".join(f"CAST(coalesce(sum({name}), 0) AS BIGINT) AS {name}" for name in _SUMMED)
+    cursor = connection.execute(
+        f"""
+        SELECT {sums},
+            CAST(coalesce(sum(event_rows + pool_rows + collisions), 0) AS BIGINT) AS events
+        FROM time_rollup
+        WHERE bucket BETWEEN $first AND $last
+        """,
+        {"first": window.first_bucket, "last": window.last_bucket},
+    )
+    names = [column[0] for column in cursor.description]
+    row = cursor.fetchone()
+    assert row is not None
+    figures: dict[str, Any] = dict(zip(names, row, strict=True))
+    prompt_tokens, prompt_blocks = figures["prompt_tokens"], figures["prompt_blocks"]
+    figures["token_hit_ratio"] = figures["hit_tokens"] / prompt_tokens if prompt_tokens else 0.0
+    figures["block_hit_ratio"] = figures["hit_blocks"] / prompt_blocks if prompt_blocks else 0.0
+    return figures
+
+
+def figures_over_time(
+    connection: duckdb.DuckDBPyConnection, window: TimeWindow, max_points: int = 60
+) -> pd.DataFrame:
+    """The window's buckets regrouped into at most `max_points` points of whole buckets
+    (`t_s`: a point's start, seconds from the run's first record): every summed figure per
+    point, the fewest free blocks, and the blocks holding a hash at the point's end
+    (stores - evictions - blocks cleared by resets, counted from the start of the run)."""
+    sums = ",\n".join(f"CAST(sum({name}) AS BIGINT) AS {name}" for name in _SUMMED)
+    return connection.execute(
+        f"""
+        WITH cached AS (
+            SELECT *, sum(stores - evictions - cleared_blocks) OVER (ORDER BY bucket)
+                AS cached_blocks
+            FROM time_rollup
+        ),
+        points AS (
+            SELECT *, (bucket - $first) // $group AS point
+            FROM cached
+            WHERE bucket BETWEEN $first AND $last
+        )
+        SELECT
+            ($first + point * $group) * grid.bucket_ns / 1e9 AS t_s,
+            {sums},
+            min(min_free) AS min_free,
+            CAST(arg_max(cached_blocks, bucket) AS BIGINT) AS cached_blocks
+        FROM points, rollup_grid AS grid
+        GROUP BY point, grid.bucket_ns
+        ORDER BY t_s
+        """,
+        {
+            "first": window.first_bucket,
+            "last": window.last_bucket,
+            "group": buckets_per_point(window, max_points),
+        },
+    ).df()
+
+
+def buckets_per_point(window: TimeWindow, max_points: int) -> int:
+    """How many buckets one point of a chart takes so the window fits in `max_points`."""
+    return -(-window.num_buckets // max_points)

@@ -1,0 +1,84 @@
+"""Two runs side by side (e.g. block size 16 vs 32 on one trace): their figures, the deltas,
+and which run each delta favours; the settings that differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+# figure name, label, whether more is better (None: neither)
+COMPARED_FIGURES: tuple[tuple[str, str, bool | None], ...] = (
+    ("token_hit_ratio", "Hit ratio (tokens)", True),
+    ("block_hit_ratio", "Hit ratio (blocks)", True),
+    ("hit_tokens", "Tokens saved", True),
+    ("requests", "Requests", None),
+    ("prompt_tokens", "Prompt tokens", None),
+    ("block_hits", "Block hits", True),
+    ("stores", "Blocks stored", None),
+    ("evictions", "Evictions (blocks)", False),
+    ("preemptions", "Preemptions", False),
+    ("collisions", "Collisions", False),
+    ("dropped_events", "Dropped events", False),
+)
+
+# Counted in blocks: a run with bigger blocks has fewer of them, so only runs with the same
+# block size say which is better.
+BLOCK_COUNTS = frozenset({"block_hits", "stores", "evictions"})
+
+COMPARED_SETTINGS = (
+    "source",
+    "trace",
+    "timing",
+    "block_size",
+    "num_blocks",
+    "hash_algo",
+    "max_num_seqs",
+    "vllm_version",
+    "kvscope_version",
+)
+
+
+def compare_figures(
+    first: dict[str, Any], second: dict[str, Any], same_block_size: bool = True
+) -> pd.DataFrame:
+    """Per figure: both values, second - first, the relative change, and the verdict for
+    the second run ("better", "worse", "same", or "" where neither direction is better, as
+    for block counts of runs with different block sizes)."""
+    rows = []
+    for name, label, more_is_better in COMPARED_FIGURES:
+        a, b = first[name], second[name]
+        delta = b - a
+        if delta == 0:
+            verdict = "same"
+        elif more_is_better is None or (name in BLOCK_COUNTS and not same_block_size):
+            verdict = ""
+        else:
+            verdict = "better" if (delta > 0) == more_is_better else "worse"
+        rows.append(
+            {
+                "figure": name,
+                "label": label,
+                "first": a,
+                "second": b,
+                "delta": delta,
+                "relative_delta": delta / a if a else None,
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def compare_settings(first: dict[str, Any], second: dict[str, Any]) -> pd.DataFrame:
+    """The runs' settings side by side, and whether each differs."""
+    return pd.DataFrame(
+        [
+            {
+                "setting": name,
+                "first": str(first.get(name)),
+                "second": str(second.get(name)),
+                "differs": first.get(name) != second.get(name),
+            }
+            for name in COMPARED_SETTINGS
+        ]
+    )

@@ -1,0 +1,245 @@
+"""The prefix tree: block hashes chained by their parent hashes, the hottest drawn as a tree;
+one block's history; the token ids of a prefix (when the run recorded them).
+
+Hits are prefix-closed: a lookup that hits a block hits its parent too, so a parent never has
+fewer hits than its children together. The hottest blocks, ordered by hits and then by
+position, therefore always include every ancestor of every block they include.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from collector.hotspots import hash_hex
+from collector.time_window import TimeWindow
+
+_NODES_FROM_PREFIX_BLOCKS = """
+    SELECT block_hash, parent_hash, block_position, hits, tenant, lora,
+        (first_stored_ns - $origin) / 1e9 AS first_stored_s
+    FROM prefix_blocks
+    WHERE hits > 0
+    ORDER BY hits DESC, block_position, block_hash
+    LIMIT $limit
+"""
+
+_NODES_FROM_EVENTS = """
+    WITH hot AS (
+        SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
+        FROM events
+        WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end
+        GROUP BY block_hash
+        ORDER BY hits DESC, block_position, block_hash
+        LIMIT $limit
+    )
+    SELECT hot.block_hash, prefix_blocks.parent_hash, hot.block_position, hot.hits,
+        prefix_blocks.tenant, prefix_blocks.lora,
+        (prefix_blocks.first_stored_ns - $origin) / 1e9 AS first_stored_s
+    FROM hot
+    LEFT JOIN prefix_blocks USING (block_hash)
+    ORDER BY hot.hits DESC, hot.block_position, hot.block_hash
+"""
+
+
+_MERGED_COLUMNS = (
+    "block_hash",
+    "parent",
+    "first_position",
+    "block_position",
+    "blocks",
+    "hits",
+    "tenant",
+    "lora",
+    "first_stored_s",
+)
+
+
+def tree_nodes(
+    connection: duckdb.DuckDBPyConnection, window: TimeWindow, max_nodes: int = 300
+) -> pd.DataFrame:
+    """The `max_nodes` block hashes hit most in the window (ids and parents as hex; a block
+    whose parent is not among them has parent ""), with the tenant and adapter that first
+    stored each and when (`first_stored_s`)."""
+    parameters: dict[str, Any] = {"origin": window.run_start_ns, "limit": max_nodes}
+    if window.is_whole_run:
+        sql = _NODES_FROM_PREFIX_BLOCKS
+    else:
+        sql = _NODES_FROM_EVENTS
+        parameters |= {"start": window.start_ns, "end": window.end_ns}
+    nodes = connection.execute(sql, parameters).df()
+    nodes["block_hash"] = nodes["block_hash"].map(hash_hex)
+    parents = nodes["parent_hash"].map(hash_hex)
+    nodes["parent"] = parents.where(parents.isin(set(nodes["block_hash"])), "")
+    return nodes.drop(columns="parent_hash")
+
+
+def merge_unbranched(nodes: pd.DataFrame) -> pd.DataFrame:
+    """Runs of blocks where each has one child with as many hits become one node: named after
+    its last block, spanning positions `first_position..block_position` (`blocks` long)."""
+    hits = dict(zip(nodes["block_hash"], nodes["hits"], strict=True))
+    children: dict[str, list[str]] = defaultdict(list)
+    for block, parent in zip(nodes["block_hash"], nodes["parent"], strict=True):
+        children[parent].append(block)
+
+    def continues(block: str) -> str | None:
+        below = children.get(block, [])
+        return below[0] if len(below) == 1 and hits[below[0]] == hits[block] else None
+
+    rows = nodes.set_index("block_hash")
+    merged: list[dict[str, Any]] = []
+    heads = [
+        block
+        for block, parent in zip(nodes["block_hash"], nodes["parent"], strict=True)
+        if parent == "" or continues(parent) != block
+    ]
+    for head in heads:
+        tail = head
+        while (following := continues(tail)) is not None:
+            tail = following
+        first = rows.loc[head]
+        merged.append(
+            {
+                "block_hash": tail,
+                "parent": first["parent"],
+                "first_position": int(first["block_position"]),
+                "block_position": int(rows.loc[tail, "block_position"]),
+                "blocks": int(rows.loc[tail, "block_position"] - first["block_position"]) + 1,
+                "hits": int(first["hits"]),
+                "tenant": first["tenant"],
+                "lora": first["lora"],
+                "first_stored_s": first["first_stored_s"],
+            }
+        )
+    return pd.DataFrame(merged, columns=list(_MERGED_COLUMNS))
+
+
+def single_blocks(nodes: pd.DataFrame) -> pd.DataFrame:
+    """Nodes of `tree_nodes` shaped like `merge_unbranched`'s, one block each."""
+    shaped = nodes.assign(first_position=nodes["block_position"], blocks=1)
+    return shaped[list(_MERGED_COLUMNS)]
+
+
+def chain_to(nodes: pd.DataFrame, block: str) -> list[str]:
+    """The block ids from the tree's root down to `block`, following `parent`."""
+    parents = dict(zip(nodes["block_hash"], nodes["parent"], strict=True))
+    chain = [block]
+    while parents.get(chain[-1], ""):
+        chain.append(parents[chain[-1]])
+    return chain[::-1]
+
+
+def node_summary(
+    connection: duckdb.DuckDBPyConnection, block_hash: int, window: TimeWindow
+) -> dict[str, Any]:
+    """One block hash in the window: hits, stores, re-stores (stores after its first ever),
+    evictions, requests that hit or stored it, first and last use; and from the whole run:
+    position, parent, who first stored it, time cached."""
+    cursor = connection.execute(
+        """
+        WITH used AS (
+            SELECT
+                count(*) FILTER (WHERE kind = 'hit') AS hits,
+                count(*) FILTER (WHERE kind = 'store') AS stores,
+                count(*) FILTER (WHERE kind = 'evict') AS evictions,
+                count(DISTINCT request_id) FILTER (WHERE kind IN ('hit', 'store')) AS requests,
+                (min(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
+                    AS first_use_s,
+                (max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
+                    AS last_use_s
+            FROM events
+            WHERE block_hash = $hash AND kind IN ('hit', 'store', 'evict')
+                AND ts_ns >= $start AND ts_ns < $end
+        ),
+        restored AS (
+            SELECT count(*) FILTER (WHERE stored_ns >= $start AND stored_ns < $end
+                AND store_seq > first_store_seq) AS restores
+            FROM (
+                SELECT stored_ns, store_seq, min(store_seq) OVER () AS first_store_seq
+                FROM cache_lifetimes WHERE block_hash = $hash
+            )
+        )
+        SELECT
+            used.hits, used.stores, restored.restores, used.evictions, used.requests,
+            used.first_use_s, used.last_use_s,
+            prefix_blocks.block_position,
+            prefix_blocks.parent_hash,
+            prefix_blocks.tenant,
+            prefix_blocks.lora,
+            prefix_blocks.first_stored_by,
+            prefix_blocks.cached_ns / 1e9 AS cached_s
+        FROM prefix_blocks, used, restored
+        WHERE prefix_blocks.block_hash = $hash
+        """,
+        {
+            "hash": block_hash,
+            "start": window.start_ns,
+            "end": window.end_ns,
+            "origin": window.run_start_ns,
+        },
+    )
+    names = [column[0] for column in cursor.description]
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError(f"block hash {block_hash:016x} is not in this run")
+    summary = dict(zip(names, row, strict=True))
+    summary["parent_hash"] = hash_hex(summary["parent_hash"])
+    return summary
+
+
+def node_history(
+    connection: duckdb.DuckDBPyConnection, block_hash: int, window: TimeWindow, limit: int = 500
+) -> pd.DataFrame:
+    """The first `limit` hits, stores and evictions of one block hash in the window, with the
+    request behind each (for an eviction: the request that took the block) and its tenant."""
+    return connection.execute(
+        """
+        SELECT (events.ts_ns - $origin) / 1e9 AS t_s, CAST(events.kind AS VARCHAR) AS kind,
+            events.request_id, requests.tenant, requests.lora, events.block_id
+        FROM events
+        LEFT JOIN requests USING (request_id)
+        WHERE events.block_hash = $hash AND events.kind IN ('hit', 'store', 'evict')
+            AND events.ts_ns >= $start AND events.ts_ns < $end
+        ORDER BY events.seq, events.pos
+        LIMIT $limit
+        """,
+        {
+            "hash": block_hash,
+            "start": window.start_ns,
+            "end": window.end_ns,
+            "origin": window.run_start_ns,
+            "limit": limit,
+        },
+    ).df()
+
+
+def has_token_ids(connection: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the run recorded block token ids (`--record-token-ids`)."""
+    row = connection.execute("SELECT EXISTS (SELECT 1 FROM block_tokens)").fetchone()
+    return bool(row and row[0])
+
+
+def prefix_token_ids(
+    connection: duckdb.DuckDBPyConnection, chains: list[list[str]]
+) -> list[list[int] | None]:
+    """The token ids of each chain of block ids (hex, root first), read in one pass; None
+    for a chain with a block whose tokens were not recorded."""
+    wanted = sorted({block for chain in chains for block in chain})
+    rows = connection.execute(
+        """
+        SELECT block_hash, any_value(token_ids) AS token_ids
+        FROM block_tokens
+        WHERE block_hash IN (SELECT CAST(unnest($hashes) AS UBIGINT))
+        GROUP BY block_hash
+        """,
+        {"hashes": [str(int(block, 16)) for block in wanted]},
+    ).fetchall()
+    tokens = {hash_hex(block_hash): list(token_ids) for block_hash, token_ids in rows}
+    return [
+        [token for block in chain for token in tokens[block]]
+        if all(block in tokens for block in chain)
+        else None
+        for chain in chains
+    ]

@@ -1,0 +1,288 @@
+"""Rollup tables `finalize` builds inside DuckDB, so the app's pages read thousands of rows,
+not millions of events.
+
+- `rollup_grid`: the time grid (at most NUM_TIME_BUCKETS buckets of 1, 2 or 5 x 10^k ns)
+  and the block bin size of the heatmap (at most NUM_BLOCK_BINS bins);
+- `time_rollup`: per time bucket, every headline figure (lookups, hits, stores, evictions,
+  preemptions, drops, collisions, pool state);
+- `block_heat`: per time bucket and block bin, hits, stores and evictions;
+- `cache_lifetimes`: one row per store: when the block hash entered the cache, when it left
+  (evicted, cleared by a reset, or still cached at the end), who stored it, and how many
+  hits it got meanwhile (each hit goes to the latest store of its hash before it);
+- `prefix_blocks`: one row per block hash: its parent, position, hits, stores, evictions,
+  first and last use, time cached, the tenant and adapter that first stored it;
+- `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (the
+  latest store of the hash before the hit), with both cache salts;
+- `family_hits`: per time bucket and prefix family (the block hashes under one first block),
+  block hits and the sum of their positions (for the attention term of compute saved).
+"""
+
+from __future__ import annotations
+
+NUM_TIME_BUCKETS = 1_000
+NUM_BLOCK_BINS = 256
+
+_GRID = f"""
+CREATE OR REPLACE TABLE rollup_grid AS
+WITH span AS (
+    SELECT coalesce(min(ts_ns), 0) AS start_ns, coalesce(max(ts_ns), 0) AS end_ns
+    FROM (
+        SELECT ts_ns FROM events
+        UNION ALL SELECT ts_ns FROM pool
+        UNION ALL SELECT ts_ns FROM collisions
+    )
+),
+wanted AS (
+    SELECT *, greatest((end_ns - start_ns) // {NUM_TIME_BUCKETS} + 1, 1) AS wanted_ns FROM span
+),
+decade AS (
+    SELECT *, CAST(pow(10, floor(log10(wanted_ns))) AS BIGINT) AS decade_ns FROM wanted
+)
+SELECT
+    start_ns,
+    end_ns,
+    decade_ns * CASE
+        WHEN wanted_ns <= decade_ns THEN 1
+        WHEN wanted_ns <= 2 * decade_ns THEN 2
+        WHEN wanted_ns <= 5 * decade_ns THEN 5
+        ELSE 10
+    END AS bucket_ns,
+    (SELECT greatest(CAST(ceil(num_blocks / {NUM_BLOCK_BINS}) AS INTEGER), 1) FROM runs)
+        AS block_bin_size
+FROM decade
+"""
+
+_TIME_ROLLUP = """
+CREATE OR REPLACE TABLE time_rollup AS
+WITH event_buckets AS (
+    SELECT
+        (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+        count(*) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS requests,
+        sum(num_prompt_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted)
+            AS prompt_tokens,
+        sum(num_hit_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_tokens,
+        sum((num_prompt_tokens + runs.block_size - 1) // runs.block_size)
+            FILTER (WHERE kind = 'lookup' AND NOT preempted) AS prompt_blocks,
+        sum(num_hit_blocks) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_blocks,
+        sum(CAST(num_hit_tokens AS BIGINT) * num_hit_tokens)
+            FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_tokens_squared,
+        count(*) FILTER (WHERE kind = 'hit') AS block_hits,
+        count(*) FILTER (WHERE kind = 'store') AS stores,
+        count(*) FILTER (WHERE kind = 'evict') AS evictions,
+        count(*) FILTER (WHERE kind = 'preempt') AS preemptions,
+        count(*) FILTER (WHERE kind = 'reset') AS resets,
+        sum(num_cleared) FILTER (WHERE kind = 'reset') AS cleared_blocks,
+        sum(num_lost) FILTER (WHERE kind = 'drop') AS dropped_events,
+        count(*) AS event_rows
+    FROM events, rollup_grid AS grid, runs
+    GROUP BY bucket
+),
+pool_buckets AS (
+    SELECT
+        (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+        count(*) AS pool_rows,
+        min(num_free) AS min_free,
+        avg(num_cached_free) AS mean_cached_free,
+        avg(num_in_use) AS mean_in_use
+    FROM pool, rollup_grid AS grid
+    GROUP BY bucket
+),
+collision_buckets AS (
+    SELECT (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket, count(*) AS collisions
+    FROM collisions, rollup_grid AS grid
+    GROUP BY bucket
+)
+SELECT
+    bucket,
+    coalesce(requests, 0) AS requests,
+    CAST(coalesce(prompt_tokens, 0) AS BIGINT) AS prompt_tokens,
+    CAST(coalesce(hit_tokens, 0) AS BIGINT) AS hit_tokens,
+    CAST(coalesce(prompt_blocks, 0) AS BIGINT) AS prompt_blocks,
+    CAST(coalesce(hit_blocks, 0) AS BIGINT) AS hit_blocks,
+    CAST(coalesce(hit_tokens_squared, 0) AS BIGINT) AS hit_tokens_squared,
+    coalesce(block_hits, 0) AS block_hits,
+    coalesce(stores, 0) AS stores,
+    coalesce(evictions, 0) AS evictions,
+    coalesce(preemptions, 0) AS preemptions,
+    coalesce(resets, 0) AS resets,
+    CAST(coalesce(cleared_blocks, 0) AS BIGINT) AS cleared_blocks,
+    CAST(coalesce(dropped_events, 0) AS BIGINT) AS dropped_events,
+    coalesce(event_rows, 0) AS event_rows,
+    coalesce(pool_rows, 0) AS pool_rows,
+    min_free,
+    mean_cached_free,
+    mean_in_use,
+    coalesce(collisions, 0) AS collisions
+FROM event_buckets
+FULL JOIN pool_buckets USING (bucket)
+FULL JOIN collision_buckets USING (bucket)
+ORDER BY bucket
+"""
+
+_BLOCK_HEAT = """
+CREATE OR REPLACE TABLE block_heat AS
+SELECT
+    (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+    block_id // grid.block_bin_size AS block_bin,
+    count(*) FILTER (WHERE kind = 'hit') AS hits,
+    count(*) FILTER (WHERE kind = 'store') AS stores,
+    count(*) FILTER (WHERE kind = 'evict') AS evictions
+FROM events, rollup_grid AS grid
+WHERE kind IN ('hit', 'store', 'evict')
+GROUP BY ALL
+ORDER BY bucket, block_bin
+"""
+
+_CACHE_LIFETIMES = """
+CREATE OR REPLACE TABLE cache_lifetimes AS
+WITH request_roots AS (
+    SELECT request_id, any_value(block_hash) AS root_hash
+    FROM events
+    WHERE kind IN ('hit', 'store') AND block_position = 0
+    GROUP BY request_id
+),
+stores AS (
+    SELECT seq, ts_ns, block_id, block_hash, parent_hash, block_position, request_id
+    FROM events
+    WHERE kind = 'store'
+),
+evictions AS (SELECT seq, ts_ns, block_id FROM events WHERE kind = 'evict'),
+resets AS (SELECT seq, ts_ns FROM events WHERE kind = 'reset'),
+hits AS (SELECT seq, block_hash FROM events WHERE kind = 'hit'),
+lifetime_hits AS (
+    SELECT stores.seq AS store_seq, stores.block_hash, count(*) AS hits
+    FROM hits
+    ASOF JOIN stores ON hits.block_hash = stores.block_hash AND stores.seq < hits.seq
+    GROUP BY ALL
+)
+SELECT
+    stores.block_hash,
+    stores.parent_hash,
+    stores.block_position,
+    stores.block_id,
+    stores.seq AS store_seq,
+    stores.ts_ns AS stored_ns,
+    CASE
+        WHEN evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
+            THEN evictions.ts_ns
+        WHEN resets.seq IS NOT NULL THEN resets.ts_ns
+        ELSE grid.end_ns
+    END AS ended_ns,
+    CASE
+        WHEN evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
+            THEN 'evict'
+        WHEN resets.seq IS NOT NULL THEN 'reset'
+    END AS ended_by,
+    stores.request_id AS stored_by,
+    requests.tenant,
+    requests.lora,
+    requests.salt_hash,
+    request_roots.root_hash,
+    coalesce(lifetime_hits.hits, 0) AS hits
+FROM stores
+ASOF LEFT JOIN evictions
+    ON stores.block_id = evictions.block_id AND evictions.seq > stores.seq
+ASOF LEFT JOIN resets ON resets.seq > stores.seq
+LEFT JOIN requests ON requests.request_id = stores.request_id
+LEFT JOIN request_roots ON request_roots.request_id = stores.request_id
+LEFT JOIN lifetime_hits
+    ON lifetime_hits.store_seq = stores.seq AND lifetime_hits.block_hash = stores.block_hash
+CROSS JOIN rollup_grid AS grid
+ORDER BY stores.seq, stores.block_position
+"""
+
+_PREFIX_BLOCKS = """
+CREATE OR REPLACE TABLE prefix_blocks AS
+WITH stored AS (
+    SELECT
+        block_hash,
+        any_value(parent_hash) AS parent_hash,
+        min(block_position) AS block_position,
+        count(*) AS stores,
+        arg_min(tenant, store_seq) AS tenant,
+        arg_min(lora, store_seq) AS lora,
+        arg_min(root_hash, store_seq) AS root_hash,
+        arg_min(stored_by, store_seq) AS first_stored_by,
+        min(stored_ns) AS first_stored_ns,
+        sum(ended_ns - stored_ns) AS cached_ns
+    FROM cache_lifetimes
+    GROUP BY block_hash
+),
+used AS (
+    SELECT
+        block_hash,
+        count(*) FILTER (WHERE kind = 'hit') AS hits,
+        count(*) FILTER (WHERE kind = 'evict') AS evictions,
+        min(block_position) FILTER (WHERE kind = 'hit') AS hit_position,
+        min(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) AS first_use_ns,
+        max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) AS last_use_ns
+    FROM events
+    WHERE kind IN ('hit', 'store', 'evict')
+    GROUP BY block_hash
+)
+SELECT
+    used.block_hash,
+    stored.parent_hash,
+    coalesce(stored.block_position, used.hit_position) AS block_position,
+    used.hits,
+    coalesce(stored.stores, 0) AS stores,
+    used.evictions,
+    used.first_use_ns,
+    used.last_use_ns,
+    stored.tenant,
+    stored.lora,
+    stored.root_hash,
+    stored.first_stored_by,
+    stored.first_stored_ns,
+    CAST(coalesce(stored.cached_ns, 0) AS BIGINT) AS cached_ns
+FROM used
+LEFT JOIN stored USING (block_hash)
+ORDER BY used.hits DESC, block_position, used.block_hash
+"""
+
+_TENANT_SHARING = """
+CREATE OR REPLACE TABLE tenant_sharing AS
+WITH hits AS (SELECT seq, ts_ns, block_hash, request_id FROM events WHERE kind = 'hit')
+SELECT
+    (hits.ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+    cache_lifetimes.tenant AS stored_tenant,
+    cache_lifetimes.lora AS stored_lora,
+    cache_lifetimes.salt_hash AS stored_salt,
+    requests.tenant AS hit_tenant,
+    requests.lora AS hit_lora,
+    requests.salt_hash AS hit_salt,
+    count(*) AS block_hits
+FROM hits
+ASOF LEFT JOIN cache_lifetimes
+    ON hits.block_hash = cache_lifetimes.block_hash AND cache_lifetimes.store_seq < hits.seq
+LEFT JOIN requests ON requests.request_id = hits.request_id
+CROSS JOIN rollup_grid AS grid
+GROUP BY ALL
+ORDER BY ALL
+"""
+
+_FAMILY_HITS = """
+CREATE OR REPLACE TABLE family_hits AS
+SELECT
+    (events.ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+    prefix_blocks.root_hash,
+    count(*) AS block_hits,
+    sum(events.block_position) AS position_hits
+FROM events
+JOIN prefix_blocks USING (block_hash)
+CROSS JOIN rollup_grid AS grid
+WHERE events.kind = 'hit'
+GROUP BY ALL
+ORDER BY bucket, prefix_blocks.root_hash
+"""
+
+# In build order: each may read the ones before it (and the `requests` table).
+ROLLUP_STATEMENTS = (
+    _GRID,
+    _TIME_ROLLUP,
+    _BLOCK_HEAT,
+    _CACHE_LIFETIMES,
+    _PREFIX_BLOCKS,
+    _TENANT_SHARING,
+    _FAMILY_HITS,
+)

@@ -1,0 +1,68 @@
+"""Figures in a time window, and over time, read from the rollups of a small real run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from collector import activity
+from collector.time_window import time_grid
+from tests.runs import shared_prefix_run
+
+
+@pytest.fixture
+def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+
+
+def test_window_figures(connection: duckdb.DuckDBPyConnection) -> None:
+    # Buckets 200-400: b0 (8 of 12 tokens hit) and a1 (4 of 8).
+    figures = activity.window_figures(connection, time_grid(connection).buckets(200, 400))
+    assert figures == {
+        "requests": 2,
+        "prompt_tokens": 20,
+        "hit_tokens": 12,
+        "hit_tokens_squared": 80,
+        "prompt_blocks": 5,
+        "hit_blocks": 3,
+        "block_hits": 3,
+        "stores": 2,
+        "evictions": 0,
+        "preemptions": 0,
+        "resets": 0,
+        "collisions": 0,
+        "dropped_events": 0,
+        "events": 20 + 4,  # b0: 11 event rows, a1: 9, and 2 pool rows each
+        "token_hit_ratio": 12 / 20,
+        "block_hit_ratio": 3 / 5,
+    }
+
+
+def test_figures_over_time(connection: duckdb.DuckDBPyConnection) -> None:
+    # 601 buckets in at most 200 points: 4 buckets a point; each request in its own point.
+    points = activity.figures_over_time(connection, time_grid(connection).whole_run(), 200)
+    table = points[["t_s", "requests", "hit_tokens", "stores", "evictions", "cached_blocks"]]
+    assert table.to_dict("records") == [
+        {"t_s": 0.0, "requests": 1, "hit_tokens": 0, "stores": 2, "evictions": 0,
+         "cached_blocks": 2},
+        {"t_s": 0.01, "requests": 1, "hit_tokens": 8, "stores": 1, "evictions": 0,
+         "cached_blocks": 3},
+        {"t_s": 0.02, "requests": 1, "hit_tokens": 4, "stores": 1, "evictions": 0,
+         "cached_blocks": 4},
+        {"t_s": 0.03, "requests": 1, "hit_tokens": 0, "stores": 2, "evictions": 1,
+         "cached_blocks": 5},
+    ]  # fmt: skip
+
+
+def test_points_are_whole_buckets(connection: duckdb.DuckDBPyConnection) -> None:
+    # Buckets 100-500 in 2 points of 201 buckets: 100-300 (b0) and 301-500 (a1).
+    window = time_grid(connection).buckets(100, 500)
+    points = activity.figures_over_time(connection, window, max_points=2)
+    assert points[["t_s", "requests"]].to_dict("records") == [
+        {"t_s": 0.005, "requests": 1},
+        {"t_s": 0.01505, "requests": 1},
+    ]
+    # Cached blocks count from the start of the run, not of the window.
+    assert points["cached_blocks"].tolist() == [3, 4]

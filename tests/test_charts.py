@@ -1,0 +1,162 @@
+"""Chart builders on the query results of a small real run (tests/runs.py): the data each
+figure draws, exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from collector import activity, collisions, comparison, hotspots, prefix_tree, roi, tenants
+from collector.time_window import time_grid
+from tests.runs import hex_names, shared_prefix_run
+from visualizer import charts
+from visualizer.charts import collisions as collision_charts
+from visualizer.charts import comparison as comparison_charts
+from visualizer.charts import hotspots as hotspot_charts
+from visualizer.charts import overview as overview_charts
+from visualizer.charts import prefix_tree as tree_charts
+from visualizer.charts import roi as roi_charts
+from visualizer.charts import tenants as tenant_charts
+from visualizer.charts.palette import VERDICT_COLORS, category_colors
+
+
+@pytest.fixture(scope="module")
+def connection(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
+    run = shared_prefix_run(Path(tmp_path_factory.mktemp("charts")))
+    return duckdb.connect(str(run), read_only=True)
+
+
+@pytest.fixture(scope="module")
+def points(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    return activity.figures_over_time(connection, time_grid(connection).whole_run())
+
+
+def test_heatmap(connection: duckdb.DuckDBPyConnection) -> None:
+    heat = hotspots.block_heatmap(connection, time_grid(connection).whole_run())
+    figure = hotspot_charts.heatmap_figure(heat, "hits", block_bin_size=1)
+    (trace,) = figure.data
+    assert list(trace.x) == [0.0, 0.01, 0.02, 0.03]
+    assert list(trace.y) == [1, 2, 3, 4, 5]
+    assert trace.z.tolist() == [
+        [0, 1, 1, 0],  # block 1 held A1: hit by b0 and a1
+        [0, 1, 0, 0],  # block 2 held A2: hit by b0
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+    ]
+    evictions = hotspot_charts.heatmap_figure(heat, "evictions", block_bin_size=1)
+    assert evictions.data[0].z.tolist()[2] == [0, 0, 0, 1]
+    assert "one row per block" in figure.layout.title.text
+
+
+def test_top_blocks_and_reuse(connection: duckdb.DuckDBPyConnection) -> None:
+    names = hex_names(connection)
+    window = time_grid(connection).whole_run()
+    top = hotspot_charts.top_blocks_figure(hotspots.top_blocks(connection, window))
+    assert list(top.data[0].x) == [2, 1]
+    assert list(top.data[0].y) == [f"{names['A1'][:8]} · pos 0", f"{names['A2'][:8]} · pos 1"]
+    frequencies = hotspots.hit_count_frequencies(connection, window)
+    histogram = hotspot_charts.hit_histogram_figure(hotspots.hit_count_histogram(frequencies))
+    assert (list(histogram.data[0].x), list(histogram.data[0].y)) == (["0", "1", "2"], [4, 1, 1])
+    curve = hotspot_charts.concentration_figure(frequencies).data[0]
+    # Most-hit first: A1 (2 of 3 hits), A2 (the last one), then four blocks never hit.
+    assert list(curve.x) == pytest.approx([0, 1 / 6, 2 / 6, 1])
+    assert list(curve.y) == pytest.approx([0, 2 / 3, 1, 1])
+
+
+def test_prefix_tree(connection: duckdb.DuckDBPyConnection) -> None:
+    names = hex_names(connection)
+    nodes = prefix_tree.merge_unbranched(
+        prefix_tree.tree_nodes(connection, time_grid(connection).whole_run())
+    )
+    figure = tree_charts.prefix_tree_figure(nodes, "tenant", block_size=4)
+    icicle = figure.data[0]
+    assert list(icicle.ids) == ["all", names["A1"], names["A2"]]
+    assert list(icicle.parents) == ["", "all", names["A1"]]
+    assert list(icicle.values) == [2, 2, 1]
+    assert list(icicle.labels) == ["all prefixes<br>2 hits", "pos 0<br>2 hits", "pos 1<br>1 hits"]
+    tenant_a = category_colors(["a"])["a"]
+    assert list(icicle.marker.colors) == [tree_charts.ROOT_COLOR, tenant_a, tenant_a]
+    assert icicle.maxdepth == 3  # the root and two levels: no empty columns
+    assert [trace.name for trace in figure.data[1:]] == ["a"]  # the colour key
+    assert [row[3] for row in icicle.customdata] == [0, 4, 8]  # prefix tokens
+    by_age = tree_charts.prefix_tree_figure(nodes, "age", block_size=4).data[0]
+    assert list(by_age.marker.colors) == [None, 0.0, 0.0]
+    assert len(tree_charts.prefix_tree_figure(nodes, "adapter", 4).data) == 2  # "(none)"
+
+
+def test_roi_charts(connection: duckdb.DuckDBPyConnection, points: pd.DataFrame) -> None:
+    model = roi.CostModel()
+    series = roi.savings_over_time(points, model, block_size=4)
+    figure = roi_charts.savings_over_time_figure(series)
+    saved, held = figure.data
+    flops = model.prompt_flops(8.0, 64.0), model.prompt_flops(4.0, 16.0)
+    expected = [0.0, flops[0] / (989e12 * 0.4), flops[1] / (989e12 * 0.4), 0.0]
+    assert list(saved.y) == pytest.approx(expected)
+    per_block = 2 * 32 * 8 * 128 * 2 * 4 / 1e9  # GB per cached block of 4 tokens
+    assert list(held.y) == pytest.approx(
+        [2 * per_block, 3 * per_block, 4 * per_block, 5 * per_block]
+    )
+    window = time_grid(connection).whole_run()
+    usage = roi.price_prompts(tenants.tenant_usage(connection, window), model, 4)
+    bars = roi_charts.saved_vs_held_figure(usage, "tenant", "Per tenant")
+    assert list(bars.data[0].y) == ["a", "b", "c"]
+    assert list(bars.data[0].x) == pytest.approx(list(usage["dollars_saved"]))
+    assert list(bars.data[1].x) == pytest.approx(list(usage["memory_dollars"]))
+
+
+def test_tenant_charts(connection: duckdb.DuckDBPyConnection) -> None:
+    window = time_grid(connection).whole_run()
+    usage = tenants.tenant_usage(connection, window)
+    tokens = tenant_charts.tenant_tokens_figure(usage)
+    assert list(tokens.data[0].y) == [4, 8, 0]  # hit tokens of a, b, c
+    assert list(tokens.data[1].y) == [12, 4, 8]  # computed
+    held = tenant_charts.blocks_held_figure(usage)
+    assert list(held.data[1].y) == [3, 1, 2]  # blocks stored
+    sharing = tenant_charts.sharing_figure(tenants.cross_tenant_hits(connection, window))
+    (heat,) = sharing.data
+    assert (list(heat.y), list(heat.x), heat.z.tolist()) == (["a"], ["a", "b"], [[1, 2]])
+    adapters = pd.DataFrame({"tenant": ["t", "t"], "lora": ["(none)", "sql"]})
+    assert tenant_charts.usage_label(adapters).tolist() == ["t", "t<br>sql"]
+
+
+def test_collision_chart(connection: duckdb.DuckDBPyConnection, points: pd.DataFrame) -> None:
+    check = collisions.collision_check(connection, time_grid(connection).whole_run())
+    figure = collision_charts.collision_checks_figure(points, check["hash_algo"])
+    assert figure.layout.title.text == "0 collisions in 3 block hits checked (sha256)"
+    assert list(figure.data[0].y) == [0, 2, 1, 0]
+    assert list(figure.data[1].x) == []  # no collision marker
+
+
+def test_overview_charts(points: pd.DataFrame) -> None:
+    ratio = charts.hit_rate_figure(points)
+    assert list(ratio.data[0].y) == pytest.approx([0.0, 8 / 12, 4 / 8, 0.0])
+    activity_chart = charts.activity_figure(points)
+    assert list(activity_chart.data[0].y) == [0, 0, 0, 1]  # evictions
+    assert list(activity_chart.data[1].y) == [1, 1, 1, 1]  # requests, right axis
+    assert activity_chart.data[1].yaxis == "y2"
+    tokens = overview_charts.tokens_saved_figure(points)
+    assert (list(tokens.data[0].y), list(tokens.data[1].y)) == ([0, 8, 4, 0], [8, 4, 4, 8])
+    blocks = overview_charts.block_events_figure(points)
+    assert [list(trace.y) for trace in blocks.data] == [[0, 2, 1, 0], [2, 1, 1, 2], [0, 0, 0, 1]]
+    integrity = overview_charts.integrity_figure(points)
+    assert integrity.layout.title.text == "Integrity: 0 collisions, 0 dropped events"
+
+
+def test_comparison_charts(points: pd.DataFrame) -> None:
+    fewer = points.assign(hit_tokens=points["hit_tokens"] // 2)
+    figure = comparison_charts.hit_ratio_comparison_figure(points, fewer, "a", "b")
+    assert [trace.name for trace in figure.data] == ["a", "b"]
+    assert list(figure.data[1].y) == pytest.approx([0.0, 4 / 12, 2 / 8, 0.0])
+    first = {name: 10 for name, _, _ in comparison.COMPARED_FIGURES}
+    second = first | {"evictions": 5, "hit_tokens": 5}
+    table = comparison.compare_figures(first, second)
+    bars = comparison_charts.deltas_figure(table).data[0]
+    assert list(bars.y) == [label for _, label, _ in comparison.COMPARED_FIGURES]
+    colours = dict(zip(bars.y, bars.marker.color, strict=True))
+    assert colours["Evictions (blocks)"] == VERDICT_COLORS["better"]
+    assert colours["Tokens saved"] == VERDICT_COLORS["worse"]
+    assert colours["Requests"] == VERDICT_COLORS["same"]

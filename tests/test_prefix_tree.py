@@ -1,0 +1,162 @@
+"""Prefix-tree queries on a small real run (tests/runs.py), with exact rows; merging runs of
+blocks; token ids back to text with a tokenizer built on the spot (no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from collector import prefix_tree, token_text
+from collector.time_window import time_grid
+from tests.runs import hex_names, shared_prefix_run, stored_hashes
+
+
+@pytest.fixture
+def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+
+
+def test_tree_nodes(connection: duckdb.DuckDBPyConnection) -> None:
+    names = hex_names(connection)
+    nodes = prefix_tree.tree_nodes(connection, time_grid(connection).whole_run())
+    assert nodes.to_dict("records") == [
+        {"block_hash": names["A1"], "block_position": 0, "hits": 2, "tenant": "a",
+         "lora": None, "first_stored_s": 0.0, "parent": ""},
+        {"block_hash": names["A2"], "block_position": 1, "hits": 1, "tenant": "a",
+         "lora": None, "first_stored_s": 0.0, "parent": names["A1"]},
+    ]  # fmt: skip
+    # The hottest one only: A2's parent is then not drawn.
+    top = prefix_tree.tree_nodes(connection, time_grid(connection).whole_run(), max_nodes=1)
+    assert top["block_hash"].tolist() == [names["A1"]]
+
+
+def test_tree_nodes_in_a_window_and_merged(connection: duckdb.DuckDBPyConnection) -> None:
+    names = hex_names(connection)
+    # b0's bucket: A1 and A2 hit once each, so they merge into one node named after A2.
+    nodes = prefix_tree.tree_nodes(connection, time_grid(connection).buckets(200, 200))
+    assert nodes[["block_hash", "hits", "parent"]].to_dict("records") == [
+        {"block_hash": names["A1"], "hits": 1, "parent": ""},
+        {"block_hash": names["A2"], "hits": 1, "parent": names["A1"]},
+    ]
+    merged = prefix_tree.merge_unbranched(nodes)
+    assert merged.to_dict("records") == [
+        {"block_hash": names["A2"], "parent": "", "first_position": 0, "block_position": 1,
+         "blocks": 2, "hits": 1, "tenant": "a", "lora": None, "first_stored_s": 0.0},
+    ]  # fmt: skip
+
+
+def _nodes(rows: list[tuple[str, str, int, int]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["block_hash", "parent", "block_position", "hits"])
+    return frame.assign(tenant="t", lora=None, first_stored_s=0.0)
+
+
+def test_merge_unbranched_keeps_branches_and_uneven_hits() -> None:
+    # r - a - b (b: two children c, d); d - e (fewer hits: not merged); f a second root.
+    nodes = _nodes(
+        [
+            ("r", "", 0, 9),
+            ("a", "r", 1, 9),
+            ("b", "a", 2, 9),
+            ("c", "b", 3, 5),
+            ("d", "b", 3, 4),
+            ("e", "d", 4, 3),
+            ("f", "", 0, 1),
+        ]
+    )
+    merged = prefix_tree.merge_unbranched(nodes)
+    shape = merged[["block_hash", "parent", "first_position", "block_position", "blocks"]]
+    assert shape.to_dict("records") == [
+        {"block_hash": "b", "parent": "", "first_position": 0, "block_position": 2, "blocks": 3},
+        {"block_hash": "c", "parent": "b", "first_position": 3, "block_position": 3, "blocks": 1},
+        {"block_hash": "d", "parent": "b", "first_position": 3, "block_position": 3, "blocks": 1},
+        {"block_hash": "e", "parent": "d", "first_position": 4, "block_position": 4, "blocks": 1},
+        {"block_hash": "f", "parent": "", "first_position": 0, "block_position": 0, "blocks": 1},
+    ]
+    assert prefix_tree.chain_to(nodes, "e") == ["r", "a", "b", "d", "e"]
+    single = prefix_tree.single_blocks(nodes)
+    assert (single["blocks"] == 1).all()
+    assert single["first_position"].tolist() == nodes["block_position"].tolist()
+
+
+def test_node_summary_and_history(connection: duckdb.DuckDBPyConnection) -> None:
+    hashes = stored_hashes(connection)
+    whole = time_grid(connection).whole_run()
+    assert prefix_tree.node_summary(connection, hashes["A1"], whole) == {
+        "hits": 2,
+        "stores": 1,
+        "restores": 0,
+        "evictions": 0,
+        "requests": 3,
+        "first_use_s": 0.0,
+        "last_use_s": 0.02,
+        "block_position": 0,
+        "parent_hash": "",
+        "tenant": "a",
+        "lora": None,
+        "first_stored_by": "a0",
+        "cached_s": 0.03,
+    }
+    evicted = prefix_tree.node_summary(connection, hashes["B3"], whole)
+    assert (evicted["evictions"], evicted["cached_s"], evicted["parent_hash"]) == (
+        1,
+        0.02,
+        f"{hashes['A2']:016x}",
+    )
+    history = prefix_tree.node_history(connection, hashes["A1"], whole)
+    assert history.to_dict("records") == [
+        {"t_s": 0.0, "kind": "store", "request_id": "a0", "tenant": "a", "lora": None,
+         "block_id": 1},
+        {"t_s": 0.01, "kind": "hit", "request_id": "b0", "tenant": "b", "lora": None,
+         "block_id": 1},
+        {"t_s": 0.02, "kind": "hit", "request_id": "a1", "tenant": "a", "lora": None,
+         "block_id": 1},
+    ]  # fmt: skip
+    late = time_grid(connection).buckets(300, 600)
+    assert prefix_tree.node_summary(connection, hashes["A1"], late)["requests"] == 1
+    with pytest.raises(LookupError, match="not in this run"):
+        prefix_tree.node_summary(connection, 12345, whole)
+
+
+def test_prefix_token_ids(connection: duckdb.DuckDBPyConnection) -> None:
+    names = hex_names(connection)
+    assert prefix_tree.has_token_ids(connection)
+    chains = [
+        [names["A1"], names["A2"]],
+        [names["A1"], names["C2"]],
+        [names["A1"], "00000000000000ff"],  # no such block
+    ]
+    assert prefix_tree.prefix_token_ids(connection, chains) == [
+        list(range(1, 9)),
+        [1, 2, 3, 4, 21, 22, 23, 24],
+        None,
+    ]
+
+
+def write_word_tokenizer(folder: Path, vocabulary_size: int) -> Path:
+    """A real word-level tokenizer (token i is the word "w<i>"), saved as tokenizer.json."""
+    from tokenizers import Tokenizer, models
+
+    vocabulary = {f"w{index}": index for index in range(vocabulary_size)}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="w0"))
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_token_text_with_a_local_tokenizer(tmp_path: Path) -> None:
+    folder = write_word_tokenizer(tmp_path / "tokenizer", 30)
+    tokenizer = token_text.load_local_tokenizer(str(folder))
+    assert tokenizer is not None
+    assert token_text.decode(tokenizer, [1, 2, 21]) == "w1 w2 w21"
+    assert token_text.load_local_tokenizer(str(folder / "tokenizer.json")) is not None
+
+
+def test_no_tokenizer_means_none(tmp_path: Path) -> None:
+    assert token_text.load_local_tokenizer("") is None
+    assert token_text.load_local_tokenizer("kvscope-tests/no-such-model") is None
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text("{not json")
+    assert token_text.load_local_tokenizer(str(broken)) is None

@@ -1,0 +1,120 @@
+"""Hotspot charts: the block x time heatmap, the most-hit blocks, how skewed reuse is."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from visualizer.charts import COLORS, LAYOUT
+
+HEAT_SCALES = {"hits": "Greens", "stores": "Blues", "evictions": "Oranges"}
+
+
+def heatmap_figure(heat: pd.DataFrame, measure: str, block_bin_size: int) -> go.Figure:
+    """`measure` (hits, stores or evictions) per block bin (rows) and time point (columns)."""
+    grid = heat.pivot_table(
+        index="block_start", columns="t_s", values=measure, aggfunc="sum", fill_value=0
+    )
+    bins = "block" if block_bin_size == 1 else f"{block_bin_size} blocks"
+    figure = go.Figure(
+        go.Heatmap(
+            x=grid.columns,
+            y=grid.index,
+            z=grid.to_numpy(),
+            colorscale=HEAT_SCALES[measure],
+            colorbar={"title": {"text": measure}},
+            hovertemplate=(
+                "t = %{x:.1f} s<br>blocks from %{y}<br>%{z} " + measure + "<extra></extra>"
+            ),
+        )
+    )
+    figure.update_layout(
+        title=f"Block {measure} per block id and time (one row per {bins})",
+        xaxis_title="time (s)",
+        yaxis_title="block id",
+        **{**LAYOUT, "hovermode": "closest"},
+    )
+    return figure
+
+
+def top_blocks_figure(top: pd.DataFrame) -> go.Figure:
+    """The most-hit block hashes as horizontal bars, the hottest on top."""
+    labels = [
+        f"{block_hash[:8]} · pos {position}"
+        for block_hash, position in zip(top["block_hash"], top["block_position"], strict=True)
+    ]
+    figure = go.Figure(
+        go.Bar(
+            x=top["hits"],
+            y=labels,
+            orientation="h",
+            marker_color=COLORS["tokens"],
+            customdata=top[["tenant", "stores", "evictions"]].astype(str).to_numpy(),
+            hovertemplate=(
+                "%{y}<br>%{x} hits<br>tenant %{customdata[0]}<br>"
+                "%{customdata[1]} stores, %{customdata[2]} evictions<extra></extra>"
+            ),
+        )
+    )
+    figure.update_layout(
+        title="Most-hit cached blocks",
+        xaxis_title="hits",
+        yaxis_title="hash prefix · position in the prompt",
+        yaxis={"autorange": "reversed", "type": "category"},
+        height=max(320, 24 * len(top) + 120),
+        **{**LAYOUT, "hovermode": "closest", "margin": {"l": 140, "r": 20, "t": 60, "b": 40}},
+    )
+    return figure
+
+
+def hit_histogram_figure(histogram: pd.DataFrame) -> go.Figure:
+    """How many cached blocks got 0, 1, 2, 3-4, ... hits while cached (log scale: reuse is
+    skewed)."""
+    figure = go.Figure(
+        go.Bar(
+            x=histogram["bin"],
+            y=histogram["blocks"],
+            marker_color=COLORS["blocks"],
+            customdata=histogram["hits"],
+            hovertemplate="%{x} hits: %{y} cached blocks (%{customdata} hits)<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        title="Hit-count distribution",
+        xaxis={"title": "hits while cached", "type": "category"},
+        yaxis={"title": "cached blocks (log scale)", "type": "log", "dtick": 1},
+        **{**LAYOUT, "hovermode": "closest"},
+    )
+    return figure
+
+
+def concentration_figure(frequencies: pd.DataFrame) -> go.Figure:
+    """Share of all hits taken by the most-hit share of cached blocks (a Lorenz-style
+    curve)."""
+    ordered = frequencies.sort_values("hits", ascending=False)
+    blocks = ordered["blocks"].cumsum() / ordered["blocks"].sum()
+    total_hits = (ordered["hits"] * ordered["blocks"]).sum()
+    hits = (ordered["hits"] * ordered["blocks"]).cumsum() / (total_hits or 1)
+    figure = go.Figure()
+    figure.add_scatter(
+        x=[0.0, *blocks],
+        y=[0.0, *hits],
+        mode="lines",
+        name="this window",
+        line={"color": COLORS["blocks"]},
+        hovertemplate="top %{x:.1%} of blocks: %{y:.1%} of hits<extra></extra>",
+    )
+    figure.add_scatter(
+        x=[0, 1],
+        y=[0, 1],
+        mode="lines",
+        name="even reuse",
+        line={"color": COLORS["alarm"], "dash": "dash"},
+    )
+    figure.update_layout(
+        title="How concentrated reuse is",
+        xaxis={"title": "most-hit share of cached blocks", "tickformat": ".0%"},
+        yaxis={"title": "share of all hits", "tickformat": ".0%", "range": [0, 1.02]},
+        **{**LAYOUT, "hovermode": "closest"},
+    )
+    return figure

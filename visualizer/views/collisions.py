@@ -1,0 +1,50 @@
+"""Collisions: every block whose hash matched another prompt's content, with both requests;
+none found is a result too, stated with the hash and the hits checked."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from collector import activity, collisions
+from visualizer import controls
+from visualizer.charts.collisions import collision_checks_figure
+from visualizer.downloads import show_chart
+from visualizer.time_filter import window_caption
+
+
+def render() -> None:
+    connection, window = controls.render()
+    check = collisions.collision_check(connection, window)
+    st.title("Collisions")
+    st.caption(
+        f"Showing {window_caption(window, connection)}. A collision is a wrong reuse: a "
+        "block hash matched but the block's content (an independent fingerprint of parent, "
+        "tokens and extra keys) did not, so a request was served another prompt's KV."
+    )
+    found, checked, algorithm = check["collisions"], check["hits_checked"], check["hash_algo"]
+    if not check["checked"]:
+        st.warning(
+            "This run was recorded without the collision check, so no hit was checked. "
+            "Turn it on with `kvscope replay --check-collisions`, or `KVSCOPE_CHECK_COLLISIONS=1` "
+            "(the default) in a live engine."
+        )
+    elif found == 0:
+        st.success(f"No collisions: 0 in {checked:,} block hits checked (hash: {algorithm}).")
+    else:
+        st.error(f"{found:,} collisions in {checked:,} block hits checked (hash: {algorithm}).")
+    points = activity.figures_over_time(connection, window)
+    if points.empty:
+        return
+    show_chart(
+        collision_checks_figure(points, algorithm),
+        points[["t_s", "block_hits", "collisions"]],
+        key="collisions_checks",
+    )
+    rows = collisions.collision_rows(connection, window)
+    if not rows.empty:
+        st.subheader("Every collision")
+        st.dataframe(rows, hide_index=True, key="collisions_table")
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,174 @@
+"""Prefix tree: the hottest block hashes chained by their parents; pick a block to see its
+requests, first and last use, evictions and re-stores; the hottest prefixes' text when the
+run recorded token ids and a tokenizer is on this machine, else their lengths."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import duckdb
+import pandas as pd
+import streamlit as st
+
+from collector import prefix_tree, queries, token_text
+from collector.time_window import TimeWindow
+from visualizer import controls
+from visualizer.charts.prefix_tree import COLOR_BY, node_label, prefix_tree_figure
+from visualizer.downloads import show_chart
+from visualizer.time_filter import window_caption
+
+CHART_KEY = "prefix_tree_chart"
+NODE_KEY = "prefix_tree_node"
+TOKENIZER_KEY = "prefix_tree_tokenizer"
+TREE_SIZES = (100, 300, 1_000, 3_000)
+HOTTEST_PREFIXES = 5
+HISTORY_ROWS = 500
+
+
+def render() -> None:
+    connection, window = controls.render()
+    block_size = int(queries.run_config(connection)["block_size"])
+    st.title("Prefix tree")
+    st.caption(
+        f"Showing {window_caption(window, connection)}. Each node is a cached block (or a run "
+        "of them); its height is its hits, its children the blocks that followed it in some "
+        "prompt. Click a node to zoom into it and see its history below."
+    )
+    first, second, third = st.columns(3)
+    size = first.select_slider(
+        "Blocks drawn (the most hit)", TREE_SIZES, value=1_000, key="prefix_tree_size"
+    )
+    color_by = second.radio("Colour by", COLOR_BY, horizontal=True, key="prefix_tree_colour")
+    merge = third.toggle(
+        "Merge unbranched runs",
+        value=True,
+        key="prefix_tree_merge",
+        help="One node per run of blocks where each has one child with as many hits",
+    )
+    blocks = prefix_tree.tree_nodes(connection, window, size)
+    if blocks.empty:
+        st.info("No block was hit in this time range.")
+        return
+    drawn = prefix_tree.merge_unbranched(blocks) if merge else prefix_tree.single_blocks(blocks)
+    show_chart(
+        prefix_tree_figure(drawn, color_by, block_size),
+        drawn,
+        key=CHART_KEY,
+        on_select=_clicked,
+        selection_mode="points",
+    )
+    chosen = _node_picker(drawn)
+    _node_details(connection, window, drawn[drawn["block_hash"] == chosen].iloc[0], block_size)
+    _hottest_prefixes(connection, blocks, drawn, block_size)
+
+
+def _clicked() -> None:
+    """A click on the tree picks that node in the select box."""
+    points = st.session_state[CHART_KEY]["selection"]["points"]
+    if points and points[0].get("id"):
+        st.session_state[NODE_KEY] = points[0]["id"]
+
+
+def _node_picker(drawn: pd.DataFrame) -> str:
+    labels = {
+        block: f"{node_label(first, last)} · {hits:,} hits · {tenant or '(none)'} · {block[:8]}"
+        for block, first, last, hits, tenant in zip(
+            drawn["block_hash"],
+            drawn["first_position"],
+            drawn["block_position"],
+            drawn["hits"],
+            drawn["tenant"].fillna("(none)"),
+            strict=True,
+        )
+    }
+    if st.session_state.get(NODE_KEY) not in labels:
+        st.session_state.pop(NODE_KEY, None)
+    chosen = st.selectbox(
+        "Block (or click one in the tree)",
+        list(labels),
+        format_func=lambda block: labels[block],
+        key=NODE_KEY,
+    )
+    return str(chosen)
+
+
+def _node_details(
+    connection: duckdb.DuckDBPyConnection, window: TimeWindow, node: pd.Series, block_size: int
+) -> None:
+    block = str(node["block_hash"])
+    summary = prefix_tree.node_summary(connection, int(block, 16), window)
+    st.subheader(f"Block {block}")
+    st.caption(
+        f"{node_label(int(node['first_position']), int(node['block_position']))} of the "
+        f"prompt ({(int(node['block_position']) + 1) * block_size:,} tokens of prefix up to "
+        f"here); first stored by {summary['first_stored_by']} (tenant "
+        f"{summary['tenant'] or '(none)'}, adapter {summary['lora'] or '(none)'}); "
+        f"cached {summary['cached_s']:,.1f} s over the whole run."
+    )
+    first, second, third, fourth, fifth, sixth = st.columns(6)
+    first.metric("Hits", f"{summary['hits']:,}")
+    second.metric("Requests", f"{summary['requests']:,}")
+    third.metric("Times evicted", f"{summary['evictions']:,}")
+    fourth.metric("Times re-stored", f"{summary['restores']:,}")
+    fifth.metric("First use", _seconds(summary["first_use_s"]))
+    sixth.metric("Last use", _seconds(summary["last_use_s"]))
+    history = prefix_tree.node_history(connection, int(block, 16), window, HISTORY_ROWS)
+    st.dataframe(history, hide_index=True, key="prefix_tree_history")
+    if len(history) == HISTORY_ROWS:
+        st.caption(f"The first {HISTORY_ROWS} hits, stores and evictions in the range.")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:,.1f} s"
+
+
+def _hottest_prefixes(
+    connection: duckdb.DuckDBPyConnection,
+    blocks: pd.DataFrame,
+    drawn: pd.DataFrame,
+    block_size: int,
+) -> None:
+    st.subheader("Hottest prefixes")
+    tokens = (drawn["block_position"] + 1) * block_size
+    hottest = drawn.assign(tokens=tokens, tokens_served=tokens * drawn["hits"]).nlargest(
+        HOTTEST_PREFIXES, "tokens_served"
+    )
+    st.session_state.setdefault(TOKENIZER_KEY, os.environ.get("KVSCOPE_TOKENIZER", ""))
+    name = st.text_input(
+        "Tokenizer for the text (a tokenizer.json, a folder with one, or a model name "
+        "already in the Hugging Face cache; nothing is downloaded)",
+        key=TOKENIZER_KEY,
+    )
+    tokenizer = _tokenizer(name)
+    recorded = prefix_tree.has_token_ids(connection)
+    if not recorded or tokenizer is None:
+        why = (
+            "the run did not record token ids (replay with --record-token-ids)"
+            if not recorded
+            else "no tokenizer is on this machine under that name"
+        )
+        st.caption(f"Lengths only: {why}.")
+        st.dataframe(
+            hottest[["block_hash", "first_position", "block_position", "tokens", "hits"]],
+            hide_index=True,
+            key="prefix_tree_hottest",
+        )
+        return
+    chains = [prefix_tree.chain_to(blocks, block) for block in hottest["block_hash"]]
+    prefixes = prefix_tree.prefix_token_ids(connection, chains)
+    for block, position, hits, ids in zip(
+        hottest["block_hash"], hottest["block_position"], hottest["hits"], prefixes, strict=True
+    ):
+        title = f"{(position + 1) * block_size:,} tokens, {hits:,} hits (block {block[:8]})"
+        with st.expander(title):
+            st.text(token_text.decode(tokenizer, ids) if ids else "(token ids missing)")
+
+
+@st.cache_resource(max_entries=4)
+def _tokenizer(name: str) -> Any | None:
+    return token_text.load_local_tokenizer(name)
+
+
+if __name__ == "__main__":
+    render()
