@@ -4,10 +4,10 @@
 original first and then record what happened; vLLM's files and classes are untouched, and
 `detach()` deletes the instance attributes so attribute lookup reaches the class again.
 
-What the hooks keep for themselves (never read back by vLLM): the hash each cached block
-was stored under, when, and how often it was hit since. This shadow mirrors vLLM's own
-`block.block_hash` exactly, because every place that sets or clears a hash in a one-group
-full-attention pool goes through a hooked method:
+What the hooks keep for themselves (`CacheShadow`, never read back by vLLM): the hash each
+cached block was stored under, when, and how often it was hit since. This shadow mirrors
+vLLM's own `block.block_hash` exactly, because every place that sets or clears a hash in a
+one-group full-attention pool goes through a hooked method:
   set:    `cache_full_blocks`
   clear:  `get_new_blocks` (eviction on reuse), `evict_blocks`, `reset_prefix_cache`.
 
@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, repeat
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
+from engine_hooks.block_content import block_hashes_at, block_token_ids, extra_key_kinds
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
     Allocate,
@@ -46,6 +47,7 @@ from engine_hooks.events import (
 )
 from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.privacy import Pseudonymizer
+from engine_hooks.shadow import CacheShadow
 
 Clock = Callable[[], int]
 
@@ -98,17 +100,9 @@ class KVCacheHooks:
         self.dp_rank = dp_rank
         self.record_token_ids = record_token_ids
         self.block_size: int = groups[0].kv_cache_spec.block_size
-        # The shadow, keyed by block id, holding cached blocks only: dicts let the wrappers
-        # update and read it for a whole list of blocks in C (map, zip, update), with no
-        # Python-level loop per block on vLLM's hot path.
-        self._block_hashes: dict[int, bytes] = {}
-        self._stored_ns: dict[int, int] = {}
-        self._num_hits: dict[int, int] = {}
+        self._shadow = CacheShadow()
         self._fingerprints = BlockFingerprints(self.block_size) if check_collisions else None
-        self._block_fingerprints: dict[int, bytes] = {}
-        self._stored_by: dict[int, str] = {}
         self.num_hits_checked = 0
-        self._num_cached_free = 0
         self._request: Any = None
         self._seq = 0
         self.num_lost = 0
@@ -181,7 +175,7 @@ class KVCacheHooks:
             self._clock(),
             None,
             num_free,
-            self._num_cached_free,
+            self._shadow.num_cached_free,
             num_usable - num_free,
         )
         self._emit([record])
@@ -189,7 +183,7 @@ class KVCacheHooks:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks holding a prefix-cache hash right now, as the hooks saw them stored."""
-        return len(self._block_hashes)
+        return len(self._shadow)
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -264,7 +258,7 @@ class KVCacheHooks:
         return None if request is None else str(request.request_id)
 
     def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        block_hashes = self._block_hashes
+        shadow = self._shadow
 
         def get_new_blocks(num_blocks: int) -> Any:
             blocks = original(num_blocks)
@@ -272,11 +266,11 @@ class KVCacheHooks:
             request_id = self._request_id()
             block_ids = list(map(_BLOCK_ID, blocks))
             records: list[Event] = []
-            evicted = list(filter(block_hashes.__contains__, block_ids))
+            evicted = shadow.cached_among(block_ids)
             if evicted:
                 # vLLM dropped the hash of each cached free block it handed out.
                 records.append(self._evict_record(now, request_id, evicted))
-                self._num_cached_free -= len(evicted)
+                shadow.num_cached_free -= len(evicted)
             records.append(Allocate(self._next_seq(), now, request_id, block_ids))
             self._emit(records)
             return blocks
@@ -285,37 +279,22 @@ class KVCacheHooks:
 
     def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
         """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
-        record = Evict(
-            self._next_seq(),
-            now,
-            request_id,
-            block_ids,
-            list(map(self._block_hashes.pop, block_ids)),
-            [now - stored for stored in map(self._stored_ns.pop, block_ids)],
-            list(map(self._num_hits.pop, block_ids, repeat(0))),
-        )
-        if self._fingerprints:
-            for block_id in block_ids:
-                self._block_fingerprints.pop(block_id, None)
-                self._stored_by.pop(block_id, None)
-        return record
+        hashes, ages, hits = self._shadow.forget(block_ids, now)
+        return Evict(self._next_seq(), now, request_id, block_ids, hashes, ages, hits)
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        block_hashes = self._block_hashes
-        num_hits = self._num_hits
+        shadow = self._shadow
 
         def touch(blocks: Sequence[Any]) -> None:
             original(blocks)
             block_ids = [block.block_id for block in blocks if not block.is_null]
             if not block_ids:
                 return
-            for block_id in block_ids:
-                num_hits[block_id] = num_hits.get(block_id, 0) + 1
+            hashes = shadow.hit(block_ids)
             # A hit block with one reference now was free (and evictable) before.
-            self._num_cached_free -= sum(1 for block in blocks if block.ref_cnt == 1)
+            shadow.num_cached_free -= sum(1 for block in blocks if block.ref_cnt == 1)
             now = self._clock()
             request_id = self._request_id()
-            hashes = [block_hashes.get(block_id, b"") for block_id in block_ids]
             records: list[Event] = [Hit(self._next_seq(), now, request_id, block_ids, hashes)]
             if self._fingerprints and self._request is not None:
                 records += self._check_hits(now, block_ids, hashes)
@@ -331,7 +310,7 @@ class KVCacheHooks:
         self.num_hits_checked += len(block_ids)
         collisions: list[Event] = []
         for position, block_id in enumerate(block_ids):
-            stored = self._block_fingerprints.get(block_id)
+            stored, stored_by = self._shadow.stored_fingerprint(block_id)
             if stored is None or stored == expected[position]:
                 continue
             collisions.append(
@@ -341,7 +320,7 @@ class KVCacheHooks:
                     request.request_id,
                     block_id,
                     hashes[position],
-                    self._stored_by.get(block_id),
+                    stored_by,
                     stored,
                     expected[position],
                 )
@@ -349,8 +328,7 @@ class KVCacheHooks:
         return collisions
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        block_hashes = self._block_hashes
-        stored_ns = self._stored_ns
+        shadow = self._shadow
         hash_block_size: int = self._pool.hash_block_size
 
         def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
@@ -380,7 +358,7 @@ class KVCacheHooks:
             if (
                 block_mask is None
                 and not any(map(_IS_NULL, candidates))
-                and not any(map(block_hashes.__contains__, candidate_ids))
+                and not shadow.count_cached(candidate_ids)
             ):
                 positions: Sequence[int] = range(num_cached_blocks, num_full_blocks)
             else:
@@ -388,14 +366,12 @@ class KVCacheHooks:
                     num_cached_blocks + offset
                     for offset, block in enumerate(candidates)
                     if not block.is_null
-                    and block.block_id not in block_hashes
+                    and block.block_id not in shadow.hashes
                     and (block_mask is None or block_mask[offset])
                 ]
             if not positions:
                 return
-            request_hashes = _hashes_at_block_size(
-                request.block_hashes, hash_block_size, block_size
-            )
+            request_hashes = block_hashes_at(request.block_hashes, hash_block_size, block_size)
             now = self._clock()
             if isinstance(positions, range):
                 block_ids = candidate_ids
@@ -403,13 +379,10 @@ class KVCacheHooks:
             else:
                 block_ids = [blocks[position].block_id for position in positions]
                 hashes = [request_hashes[position] for position in positions]
-            block_hashes.update(zip(block_ids, hashes, strict=True))
-            stored_ns.update(zip(block_ids, repeat(now), strict=False))
+            shadow.store(block_ids, hashes, now)
             if self._fingerprints:
                 chain = self._fingerprints.chain(request, positions[-1] + 1)
-                fingerprints = map(chain.__getitem__, positions)
-                self._block_fingerprints.update(zip(block_ids, fingerprints, strict=True))
-                self._stored_by.update(zip(block_ids, repeat(request.request_id), strict=False))
+                shadow.fingerprint(block_ids, map(chain.__getitem__, positions), request.request_id)
             first = positions[0]
             record = Store(
                 self._next_seq(),
@@ -420,26 +393,15 @@ class KVCacheHooks:
                 request_hashes[first - 1] if first else None,
                 first,
                 block_size,
-                _extra_keys(request, positions),
-                self._token_ids(request, positions, block_size),
+                extra_key_kinds(request, positions),
+                block_token_ids(request, positions, block_size) if self.record_token_ids else None,
             )
             self._emit([record])
 
         return cache_full_blocks
 
-    def _token_ids(
-        self, request: Any, positions: Sequence[int], block_size: int
-    ) -> list[list[int]] | None:
-        if not self.record_token_ids:
-            return None
-        token_ids = request.all_token_ids
-        return [
-            list(token_ids[position * block_size : (position + 1) * block_size])
-            for position in positions
-        ]
-
     def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        block_hashes = self._block_hashes
+        shadow = self._shadow
 
         def free_blocks(ordered_blocks: Iterable[Any]) -> None:
             ordered = list(ordered_blocks)
@@ -455,14 +417,14 @@ class KVCacheHooks:
             block_ids = list(map(_BLOCK_ID, blocks))
             ref_cnts = list(map(_REF_CNT, blocks))
             back_in_queue = compress(block_ids, map(_IS_ZERO, ref_cnts))
-            self._num_cached_free += sum(map(block_hashes.__contains__, back_in_queue))
+            shadow.num_cached_free += shadow.count_cached(back_in_queue)
             record = Free(self._next_seq(), self._clock(), self._request_id(), block_ids, ref_cnts)
             self._emit([record])
 
         return free_blocks
 
     def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        block_hashes = self._block_hashes
+        shadow = self._shadow
         pool_blocks = self._pool.blocks
 
         def evict_blocks(block_ids: set[int]) -> None:
@@ -470,11 +432,11 @@ class KVCacheHooks:
             evicted = [
                 block_id
                 for block_id in sorted(block_ids)
-                if block_id in block_hashes and pool_blocks[block_id].block_hash is None
+                if block_id in shadow.hashes and pool_blocks[block_id].block_hash is None
             ]
             if not evicted:
                 return
-            self._num_cached_free -= sum(
+            shadow.num_cached_free -= sum(
                 1 for block_id in evicted if pool_blocks[block_id].ref_cnt == 0
             )
             self._emit([self._evict_record(self._clock(), None, evicted)])
@@ -482,45 +444,11 @@ class KVCacheHooks:
         return evict_blocks
 
     def _make_reset_prefix_cache(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        block_hashes = self._block_hashes
-
         def reset_prefix_cache() -> bool:
             done: bool = original()
             if done:
-                num_cleared = len(block_hashes)
-                for shadow in (block_hashes, self._stored_ns, self._num_hits):
-                    shadow.clear()
-                self._block_fingerprints.clear()
-                self._stored_by.clear()
-                self._num_cached_free = 0
+                num_cleared = self._shadow.clear()
                 self._emit([Reset(self._next_seq(), self._clock(), None, num_cleared)])
             return done
 
         return reset_prefix_cache
-
-
-def _hashes_at_block_size(request_hashes: Any, hash_block_size: int, block_size: int) -> Any:
-    """The request's chained hashes at the pool's block size (vLLM's own resolution)."""
-    if hash_block_size == block_size:
-        return request_hashes
-    from vllm.v1.core.kv_cache_utils import resolve_block_hashes
-
-    return resolve_block_hashes(request_hashes, hash_block_size, block_size)
-
-
-def _extra_keys(request: Any, positions: Sequence[int]) -> list[tuple[str, ...] | None] | None:
-    """Per block, the kinds of extra hash keys vLLM mixes in (names only, never values)."""
-    kinds: tuple[str, ...] = ()
-    if request.lora_request:
-        kinds += ("lora",)
-    if request.mm_features:
-        kinds += ("mm",)
-    if request.prompt_embeds is not None:
-        kinds += ("prompt_embeds",)
-    salted = bool(request.cache_salt) and positions[0] == 0
-    if not kinds and not salted:
-        return None
-    per_block: list[tuple[str, ...] | None] = [kinds or None] * len(positions)
-    if salted:
-        per_block[0] = (*kinds, "cache_salt")  # vLLM salts the first block only
-    return per_block
