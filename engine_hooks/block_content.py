@@ -1,19 +1,10 @@
-"""What the hooks read of a request's blocks: hashes at the pool's block size, the kinds of
-extra keys vLLM mixes into them, and (opt-in) their token ids."""
+"""What the hooks read of a request's blocks: the kinds of extra keys vLLM mixes into their
+hashes, and (opt-in) their token ids."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-
-
-def block_hashes_at(request_hashes: Any, hash_block_size: int, block_size: int) -> Any:
-    """The request's chained hashes at the pool's block size (vLLM's own resolution)."""
-    if hash_block_size == block_size:
-        return request_hashes
-    from vllm.v1.core.kv_cache_utils import resolve_block_hashes
-
-    return resolve_block_hashes(request_hashes, hash_block_size, block_size)
 
 
 def extra_key_kinds(request: Any, positions: Sequence[int]) -> list[tuple[str, ...] | None] | None:

@@ -27,7 +27,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from engine_hooks.block_content import block_hashes_at, block_token_ids, extra_key_kinds
+from engine_hooks.block_content import block_token_ids, extra_key_kinds
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
     Allocate,
@@ -52,7 +52,6 @@ from engine_hooks.shadow import CacheShadow
 Clock = Callable[[], int]
 
 _BLOCK_ID = attrgetter("block_id")
-_IS_NULL = attrgetter("is_null")
 _REF_CNT = attrgetter("ref_cnt")
 _IS_ZERO = (0).__eq__
 
@@ -71,6 +70,33 @@ class UnsupportedCacheLayout(RuntimeError):
     """The manager is not one the hooks can mirror exactly (e.g. several KV cache groups)."""
 
 
+def _check_layout(manager: Any) -> None:
+    """kvscope mirrors one full-attention KV cache group hashed at its own block size.
+
+    That layout is what makes the hooks' fast paths exact: vLLM then never puts a null block
+    in a request's table, never masks a block out of caching, and never registers partial
+    (sub-block) hashes, so every block from `num_cached_blocks` to `num_full_blocks` that
+    `cache_full_blocks` sees is stored, and every block freed is a real pool block.
+    """
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    groups = manager.kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise UnsupportedCacheLayout(
+            f"kvscope mirrors one KV cache group, this manager has {len(groups)}"
+        )
+    spec = groups[0].kv_cache_spec
+    if not isinstance(spec, FullAttentionSpec):
+        raise UnsupportedCacheLayout(
+            f"kvscope mirrors full attention, this manager's group is {type(spec).__name__}"
+        )
+    if manager.block_pool.hash_block_size != spec.block_size:
+        raise UnsupportedCacheLayout(
+            f"kvscope mirrors hashing at the block size ({spec.block_size}), this manager "
+            f"hashes every {manager.block_pool.hash_block_size} tokens"
+        )
+
+
 class KVCacheHooks:
     """Records every block event of one `KVCacheManager` into an `EventBuffer`."""
 
@@ -86,11 +112,7 @@ class KVCacheHooks:
         record_token_ids: bool = False,
         check_collisions: bool = False,
     ) -> None:
-        groups = manager.kv_cache_config.kv_cache_groups
-        if len(groups) != 1:
-            raise UnsupportedCacheLayout(
-                f"kvscope mirrors one KV cache group, this manager has {len(groups)}"
-            )
+        _check_layout(manager)
         self._manager = manager
         self._pool = manager.block_pool
         self._buffer = buffer
@@ -99,7 +121,7 @@ class KVCacheHooks:
         self.engine_id = engine_id
         self.dp_rank = dp_rank
         self.record_token_ids = record_token_ids
-        self.block_size: int = groups[0].kv_cache_spec.block_size
+        self.block_size: int = manager.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
         self._shadow = CacheShadow()
         self._fingerprints = BlockFingerprints(self.block_size) if check_collisions else None
         self.num_hits_checked = 0
@@ -116,10 +138,13 @@ class KVCacheHooks:
             raise RuntimeError("hooks are already attached")
         for name in _MANAGER_METHODS + _POOL_METHODS:
             target = self._manager if name in _MANAGER_METHODS else self._pool
-            if name in vars(target):
+            method = getattr(target, name)
+            # Never touch `vars(target)`: CPython would build the instance's `__dict__` for
+            # it, and every attribute vLLM reads on that object would get slower for good.
+            if getattr(method, "__self__", None) is not target:
                 self.detach()
                 raise RuntimeError(f"{type(target).__name__}.{name} is already patched")
-            wrapper = getattr(self, f"_make_{name}")(getattr(target, name))
+            wrapper = getattr(self, f"_make_{name}")(method)
             setattr(target, name, wrapper)
             self._attached.append((target, name))
         return self
@@ -329,7 +354,6 @@ class KVCacheHooks:
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         shadow = self._shadow
-        hash_block_size: int = self._pool.hash_block_size
 
         def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
             request: Any,
@@ -349,36 +373,15 @@ class KVCacheHooks:
                 kv_cache_group_id=kv_cache_group_id,
                 block_mask=block_mask,
             )
-            # vLLM caches every block in the range except null blocks, masked-out blocks and
-            # blocks that already hold a hash (the common case: none of those).
-            candidates = blocks[num_cached_blocks:num_full_blocks]
-            if not candidates:
+            if num_cached_blocks >= num_full_blocks:
                 return
-            candidate_ids = list(map(_BLOCK_ID, candidates))
-            if (
-                block_mask is None
-                and not any(map(_IS_NULL, candidates))
-                and not shadow.count_cached(candidate_ids)
-            ):
-                positions: Sequence[int] = range(num_cached_blocks, num_full_blocks)
-            else:
-                positions = [
-                    num_cached_blocks + offset
-                    for offset, block in enumerate(candidates)
-                    if not block.is_null
-                    and block.block_id not in shadow.hashes
-                    and (block_mask is None or block_mask[offset])
-                ]
-            if not positions:
-                return
-            request_hashes = block_hashes_at(request.block_hashes, hash_block_size, block_size)
+            # One full-attention group hashed at its block size (see _check_layout): vLLM
+            # stores every block of the range; full attention never masks one out.
+            positions = range(num_cached_blocks, num_full_blocks)
+            block_ids = list(map(_BLOCK_ID, blocks[num_cached_blocks:num_full_blocks]))
+            request_hashes = request.block_hashes
+            hashes = request_hashes[num_cached_blocks:num_full_blocks]
             now = self._clock()
-            if isinstance(positions, range):
-                block_ids = candidate_ids
-                hashes = list(request_hashes[num_cached_blocks:num_full_blocks])
-            else:
-                block_ids = [blocks[position].block_id for position in positions]
-                hashes = [request_hashes[position] for position in positions]
             shadow.store(block_ids, hashes, now)
             if self._fingerprints:
                 chain = self._fingerprints.chain(request, positions[-1] + 1)
@@ -404,16 +407,10 @@ class KVCacheHooks:
         shadow = self._shadow
 
         def free_blocks(ordered_blocks: Iterable[Any]) -> None:
-            ordered = list(ordered_blocks)
-            original(ordered)
-            # Null blocks are never pooled (one pool only: see UnsupportedCacheLayout).
-            blocks = (
-                [block for block in ordered if not block.is_null]
-                if any(map(_IS_NULL, ordered))
-                else ordered
-            )
+            blocks = list(ordered_blocks)
+            original(blocks)
             if not blocks:
-                return
+                return  # one full-attention group (see _check_layout): no null blocks
             block_ids = list(map(_BLOCK_ID, blocks))
             ref_cnts = list(map(_REF_CNT, blocks))
             back_in_queue = compress(block_ids, map(_IS_ZERO, ref_cnts))

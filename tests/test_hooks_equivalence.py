@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.block_manager import make_request
 from collector.traces import read_trace
 from engine_hooks.events import Evict
+from engine_hooks.hooks import _MANAGER_METHODS, _POOL_METHODS
 from tests.helpers import make_hooks, make_manager
 
 BLOCK_SIZE = 16
@@ -84,11 +87,27 @@ def test_hooks_do_not_change_hits_blocks_or_evictions(mooncake_trace: Path) -> N
 def test_detach_restores_the_manager_exactly() -> None:
     manager, _ = make_manager(BLOCK_SIZE, 64)
     pool = manager.block_pool
-    before = (dict(vars(manager)), dict(vars(pool)))
     hooks, _ = make_hooks(manager)
     hooks.attach()
-    assert "allocate_slots" in vars(manager)
-    assert "get_new_blocks" in vars(pool)
+    assert getattr(manager.allocate_slots, "__self__", None) is None, "a hook, not vLLM's method"
+    assert getattr(pool.get_new_blocks, "__self__", None) is None
     hooks.detach()
-    assert (dict(vars(manager)), dict(vars(pool))) == before
-    assert type(manager).allocate_slots is manager.allocate_slots.__func__
+    for target, names in ((manager, _MANAGER_METHODS), (pool, _POOL_METHODS)):
+        for name in names:
+            method = getattr(target, name)
+            assert method.__self__ is target
+            assert method.__func__ is getattr(type(target), name)
+    # Only now look inside: attach and detach left no instance attribute behind.
+    assert not set(_MANAGER_METHODS) & set(vars(manager))
+    assert not set(_POOL_METHODS) & set(vars(pool))
+
+
+def test_attaching_twice_is_refused() -> None:
+    manager, _ = make_manager(BLOCK_SIZE, 64)
+    first, _ = make_hooks(manager)
+    first.attach()
+    second, _ = make_hooks(manager)
+    with pytest.raises(RuntimeError, match="already patched"):
+        second.attach()
+    first.detach()
+    assert manager.allocate_slots.__self__ is manager
