@@ -21,6 +21,6 @@ def test_a_sliding_window_group_is_refused() -> None:
     manager = KVCacheManager(
         config, max_model_len=1024, scheduler_block_size=16, hash_block_size=16
     )
-    with pytest.raises(UnsupportedCacheLayout, match="full attention, .* SlidingWindowSpec"):
+    with pytest.raises(UnsupportedCacheLayout, match=r"full attention, .* SlidingWindowSpec"):
         make_hooks(manager)
     assert manager.allocate_slots.__self__ is manager, "nothing was attached"
