@@ -1,0 +1,58 @@
+"""The plugin does nothing at all when capture is off, and on a vLLM version it does not
+support it logs one clear line and leaves the engine as it is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+PROBE = """
+import vllm
+{version_override}
+from engine_hooks.plugin import register
+from vllm.v1.core.sched.scheduler import Scheduler
+original = Scheduler.__init__
+register()
+print("patched" if Scheduler.__init__ is not original else "untouched")
+"""
+
+
+def run_probe(environment: dict[str, str], version_override: str = "") -> tuple[str, list[str]]:
+    """What happened to the Scheduler, and kvscope's log lines (vLLM logs to stdout)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("KVSCOPE_")}
+    env.update(environment, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE.format(version_override=version_override)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=REPO,
+    )
+    lines = (result.stdout + result.stderr).splitlines()
+    return result.stdout.splitlines()[-1], [line for line in lines if "kvscope" in line]
+
+
+def test_capture_off_changes_nothing() -> None:
+    assert run_probe({}) == ("untouched", [])
+
+
+def test_capture_on_patches_the_scheduler() -> None:
+    assert run_probe({"KVSCOPE_CAPTURE": "1"})[0] == "patched"
+
+
+def test_unsupported_vllm_version_is_one_clear_log_line() -> None:
+    outcome, lines = run_probe({"KVSCOPE_CAPTURE": "1"}, 'vllm.__version__ = "0.40.0"')
+    assert outcome == "untouched"
+    assert len(lines) == 1
+    assert "capture disabled: vLLM 0.40.0 is not supported (kvscope supports 0.33.x)" in lines[0]
+
+
+def test_a_bad_setting_is_one_clear_log_line() -> None:
+    outcome, lines = run_probe({"KVSCOPE_CAPTURE": "1", "KVSCOPE_ENDPOINT": "http://nope"})
+    assert outcome == "untouched"
+    assert len(lines) == 1
+    assert "capture disabled: KVSCOPE_ENDPOINT='http://nope'" in lines[0]
