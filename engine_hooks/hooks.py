@@ -312,12 +312,13 @@ class KVCacheHooks:
 
         def touch(blocks: Sequence[Any]) -> None:
             original(blocks)
-            block_ids = [block.block_id for block in blocks if not block.is_null]
-            if not block_ids:
+            if not blocks:
                 return
+            # One full-attention group (see _check_layout): a prefix hit holds no null block.
+            block_ids = list(map(_BLOCK_ID, blocks))
             hashes = shadow.hit(block_ids)
             # A hit block with one reference now was free (and evictable) before.
-            shadow.num_cached_free -= sum(1 for block in blocks if block.ref_cnt == 1)
+            shadow.num_cached_free -= list(map(_REF_CNT, blocks)).count(1)
             now = self._clock()
             request_id = self._request_id()
             records: list[Event] = [Hit(self._next_seq(), now, request_id, block_ids, hashes)]

@@ -9,6 +9,7 @@ per block on vLLM's hot path.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from itertools import repeat
 
@@ -19,7 +20,7 @@ class CacheShadow:
     def __init__(self) -> None:
         self.hashes: dict[int, bytes] = {}
         self._stored_ns: dict[int, int] = {}
-        self._num_hits: dict[int, int] = {}
+        self._num_hits: Counter[int] = Counter()
         self._fingerprints: dict[int, bytes] = {}
         self._stored_by: dict[int, str] = {}
         self.num_cached_free = 0
@@ -51,15 +52,13 @@ class CacheShadow:
 
     def hit(self, block_ids: list[int]) -> list[bytes]:
         """Count a hit on each block; return their hashes."""
-        num_hits = self._num_hits
-        for block_id in block_ids:
-            num_hits[block_id] = num_hits.get(block_id, 0) + 1
-        return [self.hashes.get(block_id, b"") for block_id in block_ids]
+        self._num_hits.update(block_ids)  # counted in C
+        return list(map(self.hashes.get, block_ids, repeat(b"")))
 
     def forget(self, block_ids: list[int], now: int) -> tuple[list[bytes], list[int], list[int]]:
         """Blocks whose hashes vLLM dropped: their hashes, ages and hits while cached."""
         hashes = list(map(self.hashes.pop, block_ids))
-        ages = [now - stored for stored in map(self._stored_ns.pop, block_ids)]
+        ages = list(map(now.__sub__, map(self._stored_ns.pop, block_ids)))
         hits = list(map(self._num_hits.pop, block_ids, repeat(0)))
         if self._fingerprints:
             for block_id in block_ids:
