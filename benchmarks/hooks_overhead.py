@@ -10,7 +10,9 @@ per run, in these configurations, interleaved round-robin so drift hits all alik
   capture+collisions  as capture, with the collision check on (fingerprints per block)
 Prints each configuration's median CPU time (process time: steadier than wall time on a
 shared machine) and the median over rounds of its time / the same round's bare time.
-Only the replaying process's CPU is counted (the collector is another process). Trace
+Only the replaying process's CPU is counted (the collector is another process, and every
+run waits until the collector has gone quiet: on a 2-core machine a collector still writing
+the last capture's records slows the other core's run by up to a third). Trace
 reading is not timed; prompt hashing by vLLM is (it is part of every engine's work).
 Like vLLM's EngineCore, each run freezes the startup heap (`freeze_gc_heap`) before it starts.
 
@@ -102,9 +104,37 @@ def run_once(
     return elapsed, captured[0]
 
 
+@dataclass
+class Collector:
+    """A running `kvscope collect`: where to send, and its process."""
+
+    endpoint: str
+    process: subprocess.Popen[str]
+
+    def wait_until_quiet(self, quiet_s: float = 1.0, limit_s: float = 600) -> None:
+        """Wait until the collector has used (almost) no CPU for `quiet_s` (Linux only)."""
+        stat = Path(f"/proc/{self.process.pid}/stat")
+        if not stat.exists():
+            return
+        deadline = time.monotonic() + limit_s
+        last = _cpu_ticks(stat)
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            now = _cpu_ticks(stat)
+            if now - last <= 2:  # clock ticks: the collector's idle poll, nothing more
+                return
+            last = now
+
+
+def _cpu_ticks(stat: Path) -> int:
+    """User + system clock ticks of a process, from /proc/PID/stat."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 @contextmanager
-def collector_process() -> Iterator[str]:
-    """A real `kvscope collect` writing to a throwaway run file; yields its endpoint."""
+def collector_process() -> Iterator[Collector]:
+    """A real `kvscope collect` writing to a throwaway run file."""
     with tempfile.TemporaryDirectory() as directory:
         endpoint = f"ipc://{directory}/bench.ipc"
         process = subprocess.Popen(
@@ -126,7 +156,7 @@ def collector_process() -> Iterator[str]:
         assert process.stdout is not None
         process.stdout.readline()  # listening
         try:
-            yield endpoint
+            yield Collector(endpoint, process)
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait()
@@ -157,14 +187,14 @@ def main() -> None:
         f"{len(requests)} requests, block size {args.block_size}, {args.num_blocks} blocks, "
         f"{args.rounds} rounds (CPU seconds)"
     )
-    with collector_process() as endpoint:
+    with collector_process() as collector:
         for round_number in range(args.rounds):
             run_round(
                 round_number,
                 configs,
                 requests=requests,
                 settings=settings,
-                endpoint=endpoint,
+                collector=collector,
                 tally=tally,
             )
     print(
@@ -195,14 +225,15 @@ def run_round(
     *,
     requests: list[TraceRequest],
     settings: CacheSettings,
-    endpoint: str,
+    collector: Collector,
     tally: Tally,
 ) -> None:
     """One round: every configuration once, in an order rotated by the round number."""
     shift = round_number % len(configs)
     this_round: dict[str, float] = {}
     for config in configs[shift:] + configs[:shift]:
-        elapsed, captured = run_once(config, requests, settings, endpoint)
+        collector.wait_until_quiet()
+        elapsed, captured = run_once(config, requests, settings, collector.endpoint)
         this_round[config] = elapsed
         tally.times[config].append(elapsed)
         tally.records[config] = captured

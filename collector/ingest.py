@@ -29,12 +29,7 @@ _PER_BLOCK: dict[type, dict[str, str]] = {
     Hit: {"block_ids": "block_id", "block_hashes": "block_hash"},
     Allocate: {"block_ids": "block_id"},
     Store: {"block_ids": "block_id", "block_hashes": "block_hash", "extra_keys": "extra_keys"},
-    Evict: {
-        "block_ids": "block_id",
-        "block_hashes": "block_hash",
-        "ages_ns": "age_ns",
-        "num_hits": "num_hits",
-    },
+    Evict: {"block_ids": "block_id", "block_hashes": "block_hash"},
     Free: {"block_ids": "block_id", "ref_cnts": "ref_cnt"},
 }
 

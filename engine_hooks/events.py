@@ -89,12 +89,15 @@ class Store(_Record, tag="store"):
 
 
 class Evict(_Record, tag="evict"):
-    """Cached blocks whose hashes were dropped so the blocks could be reused."""
+    """Cached blocks whose hashes were dropped so the blocks could be reused.
+
+    How long each was cached and how often it was hit meanwhile follow from the same stream
+    (the block's last `Store` and the `Hit`s since); the collector derives them, so the
+    engine keeps no per-block clock or counter for them.
+    """
 
     block_ids: list[int]
     block_hashes: list[bytes]
-    ages_ns: list[int]
-    num_hits: list[int]
 
 
 class Free(_Record, tag="free"):

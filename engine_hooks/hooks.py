@@ -5,7 +5,7 @@ original first and then record what happened; vLLM's files and classes are untou
 `detach()` deletes the instance attributes so attribute lookup reaches the class again.
 
 What the hooks keep for themselves (`CacheShadow`, never read back by vLLM): the hash each
-cached block was stored under, when, and how often it was hit since. This shadow mirrors
+cached block was stored under. This shadow mirrors
 vLLM's own `block.block_hash` exactly, because every place that sets or clears a hash in a
 one-group full-attention pool goes through a hooked method:
   set:    `cache_full_blocks`
@@ -294,18 +294,14 @@ class KVCacheHooks:
             evicted = shadow.cached_among(block_ids)
             if evicted:
                 # vLLM dropped the hash of each cached free block it handed out.
-                records.append(self._evict_record(now, request_id, evicted))
+                hashes = shadow.forget(evicted)
+                records.append(Evict(self._next_seq(), now, request_id, evicted, hashes))
                 shadow.num_cached_free -= len(evicted)
             records.append(Allocate(self._next_seq(), now, request_id, block_ids))
             self._emit(records)
             return blocks
 
         return get_new_blocks
-
-    def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
-        """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
-        hashes, ages, hits = self._shadow.forget(block_ids, now)
-        return Evict(self._next_seq(), now, request_id, block_ids, hashes, ages, hits)
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         shadow = self._shadow
@@ -316,7 +312,7 @@ class KVCacheHooks:
                 return
             # One full-attention group (see _check_layout): a prefix hit holds no null block.
             block_ids = list(map(_BLOCK_ID, blocks))
-            hashes = shadow.hit(block_ids)
+            hashes = shadow.hashes_of(block_ids)
             # A hit block with one reference now was free (and evictable) before.
             shadow.num_cached_free -= list(map(_REF_CNT, blocks)).count(1)
             now = self._clock()
@@ -383,7 +379,7 @@ class KVCacheHooks:
             request_hashes = request.block_hashes
             hashes = request_hashes[num_cached_blocks:num_full_blocks]
             now = self._clock()
-            shadow.store(block_ids, hashes, now)
+            shadow.store(block_ids, hashes)
             if self._fingerprints:
                 chain = self._fingerprints.chain(request, positions[-1] + 1)
                 shadow.fingerprint(block_ids, map(chain.__getitem__, positions), request.request_id)
@@ -437,7 +433,8 @@ class KVCacheHooks:
             shadow.num_cached_free -= sum(
                 1 for block_id in evicted if pool_blocks[block_id].ref_cnt == 0
             )
-            self._emit([self._evict_record(self._clock(), None, evicted)])
+            hashes = shadow.forget(evicted)
+            self._emit([Evict(self._next_seq(), self._clock(), None, evicted, hashes)])
 
         return evict_blocks
 

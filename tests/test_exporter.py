@@ -29,7 +29,7 @@ RECORDS = [
     Arrive(4, 2, "b", 48, tenant="acme"),
     Lookup(5, 2, "b", 48, 0, 0, False, lora="sql"),
     Lookup(6, 3, "a", 80, 64, 4, True),  # a resumed request: not counted as a new query
-    Evict(7, 3, "b", [6], [b"h6"], 2, 0),
+    Evict(7, 3, "b", [6], [b"h6"]),
     Collision(8, 3, "b", 4, b"h4", "a", b"f1", b"f2"),
     Pool(9, 4, None, 10, 4, 20),
     Finish(10, 5, "a", 8),
