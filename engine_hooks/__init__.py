@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import EVENT_KINDS, Event
-from engine_hooks.hooks import KVCacheHooks, UnsupportedCacheLayout
+from engine_hooks.hooks import KVCacheHooks
+from engine_hooks.layout import UnsupportedCacheLayout
 from engine_hooks.privacy import Pseudonymizer, load_secret
 
 __all__ = [

@@ -46,6 +46,7 @@ from engine_hooks.events import (
     Store,
 )
 from engine_hooks.fingerprint import BlockFingerprints
+from engine_hooks.layout import check_layout
 from engine_hooks.privacy import Pseudonymizer
 from engine_hooks.shadow import CacheShadow
 
@@ -66,37 +67,6 @@ _POOL_METHODS = (
 )
 
 
-class UnsupportedCacheLayout(RuntimeError):
-    """The manager is not one the hooks can mirror exactly (e.g. several KV cache groups)."""
-
-
-def _check_layout(manager: Any) -> None:
-    """kvscope mirrors one full-attention KV cache group hashed at its own block size.
-
-    That layout is what makes the hooks' fast paths exact: vLLM then never puts a null block
-    in a request's table, never masks a block out of caching, and never registers partial
-    (sub-block) hashes, so every block from `num_cached_blocks` to `num_full_blocks` that
-    `cache_full_blocks` sees is stored, and every block freed is a real pool block.
-    """
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
-    groups = manager.kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise UnsupportedCacheLayout(
-            f"kvscope mirrors one KV cache group, this manager has {len(groups)}"
-        )
-    spec = groups[0].kv_cache_spec
-    if not isinstance(spec, FullAttentionSpec):
-        raise UnsupportedCacheLayout(
-            f"kvscope mirrors full attention, this manager's group is {type(spec).__name__}"
-        )
-    if manager.block_pool.hash_block_size != spec.block_size:
-        raise UnsupportedCacheLayout(
-            f"kvscope mirrors hashing at the block size ({spec.block_size}), this manager "
-            f"hashes every {manager.block_pool.hash_block_size} tokens"
-        )
-
-
 class KVCacheHooks:
     """Records every block event of one `KVCacheManager` into an `EventBuffer`."""
 
@@ -112,7 +82,7 @@ class KVCacheHooks:
         record_token_ids: bool = False,
         check_collisions: bool = False,
     ) -> None:
-        _check_layout(manager)
+        check_layout(manager)
         self._manager = manager
         self._pool = manager.block_pool
         self._buffer = buffer
@@ -310,7 +280,7 @@ class KVCacheHooks:
             original(blocks)
             if not blocks:
                 return
-            # One full-attention group (see _check_layout): a prefix hit holds no null block.
+            # One full-attention group (see layout.py): a prefix hit holds no null block.
             block_ids = list(map(_BLOCK_ID, blocks))
             hashes = shadow.hashes_of(block_ids)
             # A hit block with one reference now was free (and evictable) before.
@@ -372,7 +342,7 @@ class KVCacheHooks:
             )
             if num_cached_blocks >= num_full_blocks:
                 return
-            # One full-attention group hashed at its block size (see _check_layout): vLLM
+            # One full-attention group hashed at its block size (see layout.py): vLLM
             # stores every block of the range; full attention never masks one out.
             positions = range(num_cached_blocks, num_full_blocks)
             block_ids = list(map(_BLOCK_ID, blocks[num_cached_blocks:num_full_blocks]))
@@ -407,7 +377,7 @@ class KVCacheHooks:
             blocks = list(ordered_blocks)
             original(blocks)
             if not blocks:
-                return  # one full-attention group (see _check_layout): no null blocks
+                return  # one full-attention group (see layout.py): no null blocks
             block_ids = list(map(_BLOCK_ID, blocks))
             ref_cnts = list(map(_REF_CNT, blocks))
             back_in_queue = compress(block_ids, map(_IS_ZERO, ref_cnts))
