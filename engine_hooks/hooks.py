@@ -5,9 +5,9 @@ original first and then record what happened; vLLM's files and classes are untou
 `detach()` deletes the instance attributes so attribute lookup reaches the class again.
 
 What the hooks keep for themselves (`CacheShadow`, never read back by vLLM): the hash each
-cached block was stored under. This shadow mirrors
-vLLM's own `block.block_hash` exactly, because every place that sets or clears a hash in a
-one-group full-attention pool goes through a hooked method:
+cached block was stored under. This shadow mirrors vLLM's own `block.block_hash` exactly,
+because every place that sets or clears a hash in a one-group full-attention pool goes
+through a hooked method:
   set:    `cache_full_blocks`
   clear:  `get_new_blocks` (eviction on reuse), `evict_blocks`, `reset_prefix_cache`.
 
@@ -264,14 +264,18 @@ class KVCacheHooks:
             evicted = shadow.cached_among(block_ids)
             if evicted:
                 # vLLM dropped the hash of each cached free block it handed out.
-                hashes = shadow.forget(evicted)
-                records.append(Evict(self._next_seq(), now, request_id, evicted, hashes))
+                records.append(self._evict_record(now, request_id, evicted))
                 shadow.num_cached_free -= len(evicted)
             records.append(Allocate(self._next_seq(), now, request_id, block_ids))
             self._emit(records)
             return blocks
 
         return get_new_blocks
+
+    def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
+        """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
+        hashes = self._shadow.forget(block_ids)
+        return Evict(self._next_seq(), now, request_id, block_ids, hashes)
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         shadow = self._shadow
@@ -403,8 +407,7 @@ class KVCacheHooks:
             shadow.num_cached_free -= sum(
                 1 for block_id in evicted if pool_blocks[block_id].ref_cnt == 0
             )
-            hashes = shadow.forget(evicted)
-            self._emit([Evict(self._next_seq(), self._clock(), None, evicted, hashes)])
+            self._emit([self._evict_record(self._clock(), None, evicted)])
 
         return evict_blocks
 
