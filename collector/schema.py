@@ -157,23 +157,24 @@ CREATE_STATEMENTS = (
 _EVICTION_AGES = """
     UPDATE events SET age_ns = aged.age_ns, num_hits = aged.num_hits
     FROM (
-        WITH evicted AS (
-            SELECT seq, pos, ts_ns, coalesce(engine_id, '') AS engine,
-                coalesce(dp_rank, 0) AS rank, block_id
-            FROM events WHERE kind = 'evict' AND age_ns IS NULL
+        WITH keyed AS (
+            SELECT seq, pos, kind, ts_ns, block_id, age_ns,
+                coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
+            FROM events WHERE kind IN ('evict', 'store', 'hit')
+        ),
+        evicted AS (
+            SELECT seq, pos, ts_ns, engine, rank, block_id
+            FROM keyed WHERE kind = 'evict' AND age_ns IS NULL
         ),
         stored AS (
-            SELECT seq AS store_seq, ts_ns AS store_ns, coalesce(engine_id, '') AS engine,
-                coalesce(dp_rank, 0) AS rank, block_id
-            FROM events WHERE kind = 'store'
+            SELECT seq AS store_seq, ts_ns AS store_ns, engine, rank, block_id
+            FROM keyed WHERE kind = 'store'
         ),
         hits AS (
-            SELECT seq AS hit_seq, coalesce(engine_id, '') AS engine,
-                coalesce(dp_rank, 0) AS rank, block_id,
-                row_number() OVER (
-                    PARTITION BY engine_id, dp_rank, block_id ORDER BY seq
-                ) AS hits_so_far
-            FROM events WHERE kind = 'hit'
+            SELECT seq AS hit_seq, engine, rank, block_id,
+                row_number() OVER (PARTITION BY engine, rank, block_id ORDER BY seq)
+                    AS hits_so_far
+            FROM keyed WHERE kind = 'hit'
         ),
         since_store AS (
             SELECT evicted.*, stored.store_seq, evicted.ts_ns - stored.store_ns AS age_ns
