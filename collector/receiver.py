@@ -127,20 +127,20 @@ class Receiver:
 
     def _receive_available(self) -> bool:
         """Take every waiting message, commit them in one transaction, then acknowledge."""
-        acks: dict[bytes, int] = {}
+        acks: dict[bytes, list[int]] = {}
         while self._socket.poll(0):
             identity, header_frame, records_frame = self._socket.recv_multipart()
             header = self._header_decoder.decode(header_frame)
             records = self._records_decoder.decode(records_frame)
             self._store_batch(header, records)
-            acks[identity] = header.batch_seq
+            acks.setdefault(identity, []).append(header.batch_seq)
         if not acks:
             return False
         assert self.store is not None
         self.store.flush()
         self._dirty = True
-        for identity, batch_seq in acks.items():
-            self._socket.send_multipart([identity, self._encoder.encode(Ack(batch_seq))])
+        for identity, batch_seqs in acks.items():
+            self._socket.send_multipart([identity, self._encoder.encode(Ack(batch_seqs))])
         return True
 
     def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:

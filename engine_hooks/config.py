@@ -36,6 +36,7 @@ class CaptureConfig:
     reveal_tenants: bool = False
     tenant_from_salt: bool = False
     buffer_capacity: int = 500_000
+    max_in_flight: int = 256
     flush_timeout_s: float = 5.0
 
     @classmethod
@@ -59,5 +60,6 @@ class CaptureConfig:
             reveal_tenants=_flag(env, "KVSCOPE_REVEAL_TENANTS", False),
             tenant_from_salt=tenant_from == "salt",
             buffer_capacity=int(env.get("KVSCOPE_BUFFER_CAPACITY", "500000")),
+            max_in_flight=int(env.get("KVSCOPE_MAX_IN_FLIGHT", "256")),
             flush_timeout_s=float(env.get("KVSCOPE_FLUSH_TIMEOUT_S", "5")),
         )

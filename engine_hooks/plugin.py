@@ -27,8 +27,10 @@ from engine_hooks.transport import Transport
 
 logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
 
-SUPPORTED_VLLM = ("0.33.",)
+SUPPORTED_VLLM = ("0.32.", "0.33.")
 TENANT_ARGUMENT = "kvscope_tenant"
+ENGINE_EXIT_MARGIN_S = 5.0  # the engine core's own teardown before the scheduler's shutdown
+DEFAULT_PROCESS_GRACE_S = 5.0  # vLLM's process manager's, when it is given no timeout
 _PATCHED = "_kvscope_patched"
 
 
@@ -71,6 +73,40 @@ def register() -> None:
 
     setattr(__init__, _PATCHED, True)
     Scheduler.__init__ = __init__  # type: ignore[method-assign]
+    _give_the_engine_time_to_flush(config.flush_timeout_s + ENGINE_EXIT_MARGIN_S)
+
+
+def _give_the_engine_time_to_flush(grace_s: float) -> None:
+    """Let the engine-core process flush its records when vLLM shuts it down.
+
+    With `--shutdown-timeout 0` (vLLM's default: abort requests at once) vLLM's process
+    manager sends the engine core SIGTERM and kills it with SIGKILL at once, before the
+    scheduler's `shutdown` can run; ROCm gets a grace period there for its teardown. With
+    capture on, every platform gets one of `grace_s`: requests are still aborted at once,
+    and the engine core, which exits as soon as it is done, has time to hand its last
+    records to the collector. A drain timeout the user set is left exactly as it is.
+    """
+    try:
+        from vllm.v1.engine import utils as engine_utils
+
+        original = engine_utils.get_engine_process_shutdown_timeout
+    except (ImportError, AttributeError) as error:
+        logger.warning("kvscope: the last records may be lost at shutdown: %s", error)
+        return
+    if getattr(original, _PATCHED, False):
+        return
+
+    @functools.wraps(original)
+    def get_engine_process_shutdown_timeout(
+        request_timeout: float | None, process_timeout: float | None
+    ) -> float | None:
+        timeout: float | None = original(request_timeout, process_timeout)
+        if request_timeout != 0:
+            return timeout
+        return max(DEFAULT_PROCESS_GRACE_S if timeout is None else timeout, grace_s)
+
+    setattr(get_engine_process_shutdown_timeout, _PATCHED, True)
+    engine_utils.get_engine_process_shutdown_timeout = get_engine_process_shutdown_timeout
 
 
 class Capture:
@@ -100,6 +136,7 @@ class Capture:
             dp_rank=dp_rank,
             config=self._run_config(),
             lost_in_engine=lambda: self.hooks.num_lost,
+            max_in_flight=config.max_in_flight,
         )
         self._wrapped: list[str] = []
 
@@ -142,8 +179,18 @@ class Capture:
             delattr(self.scheduler, name)
         self._wrapped.clear()
         self.hooks.detach()
-        self.transport.stop(self.config.flush_timeout_s)
+        transport = self.transport
+        transport.stop(self.config.flush_timeout_s)
         atexit.unregister(self.stop)
+        logger.info(
+            "kvscope: engine %s stopped capturing: %d records, %d delivered, "
+            "%d dropped in transport, %d lost in the engine's buffer",
+            self.config.engine_id,
+            self.hooks.num_records,
+            transport.num_delivered,
+            transport.num_dropped,
+            self.hooks.num_lost,
+        )
 
     def tenant_of(self, request: Any) -> str | None:
         """The tenant label the user passed (`extra_args`), or the salt's pseudonym if asked."""

@@ -2,16 +2,24 @@
 
 Wire protocol (ZMQ DEALER -> the collector's ROUTER): each message is two frames, a msgpack
 header (`BatchHeader`) and a msgpack list of records (`engine_hooks.events`). The collector
-answers `Ack(batch_seq)` once every batch up to that one is committed to DuckDB.
+answers `Ack(batch_seqs)` with the numbers of the batches it has just committed to DuckDB.
 
-A batch counts as delivered when it is acknowledged. A batch is dropped, and its records
-counted in `num_dropped`, when it cannot be handed to ZMQ at once (no collector connected:
-the socket is IMMEDIATE), when `max_in_flight` batches already await acknowledgement (the
-collector is slow), or when it is still unacknowledged at `stop` after the flush timeout.
+A batch counts as delivered when it is acknowledged. ZMQ queues what is sent before a
+collector is connected (up to `max_in_flight` batches) and hands it over on connection, so
+an engine's first burst waits for a collector that starts a little later. A batch is
+dropped, and its records counted in `num_dropped`, when `max_in_flight` batches already
+await acknowledgement (no collector, or a slow one), when a later batch is acknowledged
+before it (it went to a collector that stopped before storing it: one connection delivers
+in order), or when it is still unacknowledged at `stop` (after up to the flush timeout
+while a collector is connected).
+
+The transport owns its ZMQ context: a context shared with vLLM or the host program could be
+terminated under it, or be one inherited across a fork, whose I/O thread is gone.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -19,11 +27,14 @@ from typing import Any
 
 import msgspec
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import Event
 
 MAX_RECORDS_PER_BATCH = 50_000
+
+logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
 
 
 class BatchHeader(msgspec.Struct, array_like=True, gc=False):
@@ -39,9 +50,9 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
-    """Every batch up to `batch_seq` is stored."""
+    """These batches (of the engine the ack goes to) are stored."""
 
-    batch_seq: int
+    batch_seqs: list[int]
 
 
 class Transport:
@@ -73,39 +84,52 @@ class Transport:
         self._next_batch = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         self._socket: zmq.Socket[bytes] | None = None
+        self._monitor: zmq.Socket[bytes] | None = None
+        self.connected = False
         self.num_sent = 0
         self.num_delivered = 0
         self.num_dropped = 0
 
     def start(self) -> Transport:
+        self._context = zmq.Context()
         self._socket = self._context.socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.IMMEDIATE, 1)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, self._max_in_flight)
+        self._monitor = self._socket.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+        )
         self._socket.connect(self.endpoint)
         self._thread = threading.Thread(target=self._run, name="kvscope-transport", daemon=True)
         self._thread.start()
         return self
 
     def stop(self, flush_timeout_s: float = 5.0) -> None:
-        """Send what is buffered, wait up to `flush_timeout_s` for acks, then close."""
+        """Send what is buffered, wait up to `flush_timeout_s` for acks while a collector is
+        connected, count what is still unacknowledged as dropped, then close."""
         if self._thread is None:
             return
         self._stopping.set()
         self._thread.join()
         self._thread = None
-        assert self._socket is not None
+        assert self._socket is not None and self._monitor is not None
         self._send_pending()
         deadline = time.monotonic() + flush_timeout_s
         while self._in_flight and time.monotonic() < deadline:
+            self._watch_connection()
+            if not self.connected:
+                break
             if self._socket.poll(50):
                 self._receive_acks()
         self.num_dropped += sum(count for _, count in self._in_flight)
         self._in_flight.clear()
+        self._socket.disable_monitor()
+        self._monitor.close(linger=0)
         self._socket.close(linger=0)
-        self._socket = None
+        assert self._context is not None
+        self._context.term()
+        self._socket = self._monitor = self._context = None
 
     @property
     def num_in_flight(self) -> int:
@@ -114,8 +138,21 @@ class Transport:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._buffer.wait(self._interval_s)
+            self._watch_connection()
             self._send_pending()
             self._receive_acks()
+
+    def _watch_connection(self) -> None:
+        assert self._monitor is not None
+        while self._monitor.poll(0):
+            connected = recv_monitor_message(self._monitor)["event"] == zmq.EVENT_CONNECTED
+            if connected != self.connected:
+                logger.info(
+                    "kvscope: %s the collector at %s",
+                    "connected to" if connected else "lost",
+                    self.endpoint,
+                )
+            self.connected = connected
 
     def _send_pending(self) -> None:
         records = self._buffer.take()
@@ -140,7 +177,7 @@ class Transport:
         try:
             self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
-            self.num_dropped += len(records)  # no collector connected
+            self.num_dropped += len(records)  # ZMQ's queue is full
             return
         self._in_flight.append((self._next_batch, len(records)))
         self._next_batch += 1
@@ -149,6 +186,14 @@ class Transport:
     def _receive_acks(self) -> None:
         assert self._socket is not None
         while self._socket.poll(0):
-            ack = self._ack_decoder.decode(self._socket.recv())
-            while self._in_flight and self._in_flight[0][0] <= ack.batch_seq:
-                self.num_delivered += self._in_flight.popleft()[1]
+            try:
+                acked = set(self._ack_decoder.decode(self._socket.recv()).batch_seqs)
+            except msgspec.DecodeError:
+                continue  # not from a kvscope collector: the engine does not trust it
+            newest = max(acked, default=-1)
+            while self._in_flight and self._in_flight[0][0] <= newest:
+                batch_seq, num_records = self._in_flight.popleft()
+                if batch_seq in acked:
+                    self.num_delivered += num_records
+                else:  # a later batch got through first: this one never will
+                    self.num_dropped += num_records
