@@ -147,7 +147,9 @@ def drive(
 
 
 @contextmanager
-def collector_process(run_path: Path, endpoint: str) -> Iterator[subprocess.Popen[str]]:
+def collector_process(
+    run_path: Path, endpoint: str, *extra_args: str
+) -> Iterator[subprocess.Popen[str]]:
     """`kvscope collect` in a second process, up and listening when the block starts."""
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
@@ -162,6 +164,7 @@ def collector_process(run_path: Path, endpoint: str) -> Iterator[subprocess.Pope
             endpoint,
             "--live-interval",
             "0.5",
+            *extra_args,
         ],
         cwd=REPO,
         env=environment,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import duckdb
+import pytest
 
 from collector.block_manager import CacheSettings
 from tests.conftest import REPO, SAMPLE_TRACE
@@ -19,6 +20,8 @@ from tests.vllm_kv_pipeline import (
     wait_until_sent,
     zmq_publisher,
 )
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 
 def test_collector_stores_vllms_own_kv_events() -> None:

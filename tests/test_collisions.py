@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
@@ -14,6 +15,8 @@ from collector.block_manager import CacheSettings, make_kv_cache_manager, make_r
 from collector.replay import ReplayOptions, replay
 from engine_hooks.events import Collision
 from tests.helpers import SECRET, make_hooks
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 BLOCK_SIZE = 4
 

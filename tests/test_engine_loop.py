@@ -16,6 +16,8 @@ from collector.summary import run_summary
 from collector.workload import WorkloadShape, generate
 from tests.engine import collector_process, drive, make_scheduler
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 BLOCK_SIZE = 16
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.simulator import Simulator, VirtualClock
@@ -14,6 +15,8 @@ from collector.traces import read_trace
 from engine_hooks import Event, EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Evict, Hit, Store
 from tests.conftest import SAMPLE_TRACE
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 SETTINGS = CacheSettings(block_size=16, num_blocks=300)
 

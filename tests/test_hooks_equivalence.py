@@ -13,6 +13,8 @@ from engine_hooks.events import Evict
 from engine_hooks.hooks import _MANAGER_METHODS, _POOL_METHODS
 from tests.helpers import make_hooks, make_manager
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 BLOCK_SIZE = 16
 NUM_BLOCKS = 40_000  # 640k tokens: the first 300 prompts (4.6M tokens) hit and evict
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.block_manager import make_request
 from engine_hooks.events import Evict, Pool, Reset, Store
 from tests.helpers import cached_block_count, cached_free_count, make_hooks, make_manager
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 BLOCK_SIZE = 4
 

@@ -18,6 +18,8 @@ from engine_hooks.transport import Transport
 from tests.conftest import REPO, SAMPLE_TRACE
 from tests.engine import collector_process
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 
 def wait_for(condition: object, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s

@@ -18,6 +18,8 @@ from collector.whatif import Source, SweepPoint, run_sweep
 from tests.conftest import SECRET
 from tests.helpers import tiny_run
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 
 def replayed_hit_blocks(requests: list[TraceRequest], block_size: int, num_blocks: int) -> int:
     """Prefix-hit blocks of a sequential replay through a real manager (vLLM's own stats)."""

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 PROBE = """
 import vllm
@@ -48,7 +52,10 @@ def test_unsupported_vllm_version_is_one_clear_log_line() -> None:
     outcome, lines = run_probe({"KVSCOPE_CAPTURE": "1"}, 'vllm.__version__ = "0.40.0"')
     assert outcome == "untouched"
     assert len(lines) == 1
-    assert "capture disabled: vLLM 0.40.0 is not supported (kvscope supports 0.33.x)" in lines[0]
+    assert (
+        "capture disabled: vLLM 0.40.0 is not supported (kvscope supports 0.32.x, 0.33.x)"
+        in lines[0]
+    )
 
 
 def test_a_bad_setting_is_one_clear_log_line() -> None:

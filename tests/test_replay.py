@@ -14,6 +14,8 @@ from collector.replay import ReplayOptions, replay
 from tests.conftest import SECRET
 
 # ../shared/traces/mooncake/README.md: pure LRU over 512-token blocks, block-weighted.
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 MOONCAKE_TABLE = {1_000: 0.0841, 5_000: 0.2793, 10_000: 0.4239, 20_000: 0.5718}
 
 

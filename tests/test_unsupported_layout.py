@@ -10,6 +10,8 @@ from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, SlidingW
 from engine_hooks import UnsupportedCacheLayout
 from tests.helpers import make_hooks
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 
 def test_a_sliding_window_group_is_refused() -> None:
     spec = SlidingWindowSpec(

@@ -38,6 +38,8 @@ from tests.vllm_kv_pipeline import (
     zmq_publisher,
 )
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 H = 0xDEADBEEF_00C0FFEE
 
 

