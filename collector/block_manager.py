@@ -106,7 +106,24 @@ def _lora_int_id(name: str) -> int:
     return zlib.crc32(name.encode()) % (1 << 30) + 1
 
 
-def vllm_version() -> str:
-    import vllm
+class VllmUnavailable(RuntimeError):
+    """This environment has no vLLM kvscope supports, and the command replays through it."""
 
-    return str(vllm.__version__)
+
+def require_vllm() -> str:
+    """The version of this environment's vLLM; `VllmUnavailable` when it has no supported one."""
+    from engine_hooks.versions import is_supported, supported_versions
+
+    wanted = (
+        f"replays run requests through vLLM's own block manager and need vLLM "
+        f"{supported_versions()} in this Python environment: install kvscope into your "
+        "vLLM environment, or `pip install 'kvscope[vllm]'`"
+    )
+    try:
+        import vllm
+    except ImportError as error:
+        raise VllmUnavailable(f"{wanted} ({error})") from None
+    version = str(vllm.__version__)
+    if not is_supported(version):
+        raise VllmUnavailable(f"{wanted} (this one has vLLM {version})")
+    return version

@@ -37,13 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from collector.block_manager import VllmUnavailable
     from collector.store import StoreError
     from collector.traces import TraceError
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except (TraceError, StoreError, ValueError) as error:
+    except (TraceError, StoreError, ValueError, VllmUnavailable) as error:
         print(f"kvscope: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

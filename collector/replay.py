@@ -16,7 +16,7 @@ from collector.block_manager import (
     CacheSettings,
     make_block_hasher,
     make_kv_cache_manager,
-    vllm_version,
+    require_vllm,
 )
 from collector.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
 from collector.store import RunConfig, RunStore, StoreError
@@ -150,7 +150,7 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
         num_blocks=settings.num_blocks,
         hash_algo=settings.hash_algo,
         max_num_seqs=1 if options.timing == "sequential" else options.max_num_seqs,
-        vllm_version=vllm_version(),
+        vllm_version=require_vllm(),
         options={
             "step_model": asdict(options.step_model),
             "trace_format": options.trace_format,

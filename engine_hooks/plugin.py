@@ -24,10 +24,10 @@ from engine_hooks.config import CaptureConfig
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer, load_secret
 from engine_hooks.transport import Transport
+from engine_hooks.versions import is_supported, supported_versions
 
 logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
 
-SUPPORTED_VLLM = ("0.32.", "0.33.")
 TENANT_ARGUMENT = "kvscope_tenant"
 ENGINE_EXIT_MARGIN_S = 5.0  # the engine core's own teardown before the scheduler's shutdown
 DEFAULT_PROCESS_GRACE_S = 5.0  # vLLM's process manager's, when it is given no timeout
@@ -49,11 +49,11 @@ def register() -> None:
     except ImportError as error:
         logger.error("kvscope: capture disabled: cannot import vLLM's v1 scheduler: %s", error)
         return
-    if not str(vllm.__version__).startswith(SUPPORTED_VLLM):
+    if not is_supported(str(vllm.__version__)):
         logger.error(
             "kvscope: capture disabled: vLLM %s is not supported (kvscope supports %s)",
             vllm.__version__,
-            ", ".join(f"{prefix}x" for prefix in SUPPORTED_VLLM),
+            supported_versions(),
         )
         return
     if getattr(Scheduler.__init__, _PATCHED, False):

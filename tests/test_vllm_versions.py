@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from engine_hooks.plugin import SUPPORTED_VLLM
+from engine_hooks.versions import SUPPORTED_VLLM
 from tests.conftest import REPO
 from tests.vllm_server import vllm_python
 

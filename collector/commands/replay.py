@@ -25,9 +25,11 @@ def register(commands: Any) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from collector.block_manager import require_vllm
     from collector.replay import load_requests, replay
     from engine_hooks.privacy import load_secret
 
+    require_vllm()  # before any work: a clear refusal, not a traceback in a worker
     options = replay_options(args)
     total = len(load_requests(args.trace, options))
     with tqdm(total=total, unit="req", disable=True if args.quiet else None) as bar:

@@ -59,9 +59,11 @@ def register(commands: Any) -> None:
 def _run_whatif(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from collector.block_manager import require_vllm
     from collector.whatif import Source, run_sweep, sweep_points, write_results
     from engine_hooks.privacy import load_secret
 
+    require_vllm()  # before any work: a clear refusal, not a traceback in a worker
     source = Source(args.source, args.trace_format, args.limit)
     base, defaults = _base_options(args, source)
     spec = kv_spec_from(args)
