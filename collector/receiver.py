@@ -84,6 +84,7 @@ class Receiver:
         self._socket.bind(endpoint)
         self._last_snapshot = time.monotonic()
         self._dirty = False
+        self._settings_from_engine = False
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
         """Receive until `stop` is set (or nothing arrived for `idle_exit_s`), then finalize."""
@@ -146,6 +147,11 @@ class Receiver:
     def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:
         if self.store is None:
             self.store = RunStore.create(self.run_path, _run_config(header))
+        elif not self._settings_from_engine:
+            # vLLM's KV events came first: the run was made with the collector's guesses
+            # (no pool size, no hash algorithm); an engine's header knows them.
+            self.store.update_config(_run_config(header))
+        self._settings_from_engine = True
         stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
         stream.last_batch = header.batch_seq
         drops = _gaps(stream, records, header)

@@ -110,6 +110,26 @@ class RunStore:
             )
         return cls(connection, path)
 
+    def update_config(self, config: RunConfig) -> None:
+        """Replace the run's settings, keeping its id and start (and the options it had)."""
+        row = self.connection.execute("SELECT options FROM runs").fetchone()
+        options = {**json.loads(row[0] or "{}"), **config.options} if row else config.options
+        self.connection.execute(
+            "UPDATE runs SET source = ?, block_size = ?, num_blocks = ?, hash_algo = ?, "
+            "vllm_version = ?, trace = ?, timing = ?, max_num_seqs = ?, options = ?",
+            [
+                config.source,
+                config.block_size,
+                config.num_blocks,
+                config.hash_algo,
+                config.vllm_version,
+                config.trace,
+                config.timing,
+                config.max_num_seqs,
+                json.dumps(options, sort_keys=True),
+            ],
+        )
+
     def append(self, records: list[Event]) -> None:
         """Queue records; they reach the file in batches of about FLUSH_RECORDS."""
         self._pending.extend(records)

@@ -21,7 +21,6 @@ class EventBuffer:
         self.capacity = capacity
         self._records: list[Event] = []
         self._lock = threading.Lock()
-        self._not_empty = threading.Condition(self._lock)
 
     def offer(self, records: list[Event]) -> bool:
         """Append `records` if they all fit; return whether they were accepted."""
@@ -29,7 +28,6 @@ class EventBuffer:
             if len(self._records) + len(records) > self.capacity:
                 return False
             self._records.extend(records)
-            self._not_empty.notify()
             return True
 
     def take(self) -> list[Event]:
@@ -38,12 +36,6 @@ class EventBuffer:
             records = self._records
             self._records = []
             return records
-
-    def wait(self, timeout: float) -> None:
-        """Block until the buffer holds a record or `timeout` seconds pass."""
-        with self._lock:
-            if not self._records:
-                self._not_empty.wait(timeout)
 
     def __len__(self) -> int:
         return len(self._records)

@@ -136,8 +136,9 @@ class Transport:
         return sum(count for _, count in self._in_flight)
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._buffer.wait(self._interval_s)
+        # One batch per interval, however many records arrive in it: the batch rate, and so
+        # the time `max_in_flight` batches give a stalled collector, does not depend on load.
+        while not self._stopping.wait(self._interval_s):
             self._watch_connection()
             self._send_pending()
             self._receive_acks()

@@ -86,3 +86,56 @@ def test_collector_stores_vllms_own_kv_events() -> None:
     assert batches == (len(source.published),)
     assert gaps == (0,)
     assert source_name == ("vllm-kv-events",)
+
+
+def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -> None:
+    """vLLM's KV events do not say the pool's size or hash; when they reach the collector
+    before the plugin's first batch, the run takes the engine's settings from that batch."""
+    from collector.block_manager import make_kv_cache_manager
+    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+    from engine_hooks.transport import Transport
+    from tests.test_live_view import wait_for
+
+    with socket_directory() as directory, zmq_publisher(directory) as publisher:
+        run, hooks_endpoint = directory / "run.duckdb", f"ipc://{directory}/hooks"
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "collector.cli", "collect", "--db", str(run)),
+                *("--endpoint", hooks_endpoint, "--live-interval", "0.2"),
+                *("--vllm-kv-events", f"ipc://{directory}/events", "--vllm-kv-topic", TOPIC),
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert process.stdout is not None
+        assert "listening" in process.stdout.readline()
+        EventSource(publisher, CacheSettings(16, 1_200)).replay(SAMPLE_TRACE, limit=5)
+        wait_until_sent(publisher)
+        wait_for((directory / "run.duckdb.live").is_file)  # stored: the run exists
+
+        settings = CacheSettings(32, 640)
+        buffer = EventBuffer()
+        hooks = KVCacheHooks(
+            make_kv_cache_manager(settings), buffer, pseudonymizer=Pseudonymizer(b"k")
+        )
+        hooks.record_pool_state()
+        config = {
+            "block_size": 32,
+            "num_blocks": 640,
+            "hash_algo": "sha256",
+            "vllm_version": "0.33.0",
+        }
+        transport = Transport(buffer, hooks_endpoint, engine_id="e", config=config).start()
+        wait_for(lambda: transport.num_delivered == 1)
+        transport.stop()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        with duckdb.connect(str(run), read_only=True) as connection:
+            row = connection.execute(
+                "SELECT source, block_size, num_blocks, hash_algo, vllm_version,"
+                " options->>'engine_id', options->>'endpoint' FROM runs"
+            ).fetchone()
+    assert row == ("engine", 32, 640, "sha256", "0.33.0", "e", f"ipc://{directory}/events")

@@ -192,14 +192,14 @@ def low64(block_hash: bytes) -> int:
 
 def events_run(path: Path, settings: CacheSettings) -> RunStore:
     """A new run file for what a `kvscope collect --vllm-kv-events` session would store."""
-    from collector.block_manager import vllm_version
+    from collector.block_manager import require_vllm
 
     config = RunConfig(
         source="vllm-kv-events",
         block_size=settings.block_size,
         num_blocks=settings.num_blocks,
         hash_algo="sha256",
-        vllm_version=vllm_version(),
+        vllm_version=require_vllm(),
     )
     return RunStore.create(path, config)
 
