@@ -152,6 +152,11 @@ class Receiver:
             # (no pool size, no hash algorithm); an engine's header knows them.
             self.store.update_config(_run_config(header))
         self._settings_from_engine = True
+        # The hooks name their engine on request records only (less to encode in the
+        # engine); the batch's header names it for every record.
+        for record in records:
+            record.engine_id = header.engine_id
+            record.dp_rank = header.dp_rank
         stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
         stream.last_batch = header.batch_seq
         drops = _gaps(stream, records, header)

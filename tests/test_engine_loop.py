@@ -117,3 +117,38 @@ def test_killed_collector_loses_exactly_what_the_engine_counts(
     store = RunStore.open(run)  # reopens cleanly after the kill
     assert run_summary(store.connection)["requests"] > 0
     store.close()
+
+
+def test_two_engines_in_one_run_keep_their_records_apart(
+    tmp_path: Path, capture_environment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run.duckdb"
+    rows = workload()
+    captures = {}
+    with collector_process(run, capture_environment) as process:
+        for engine, share in (("engine-a", rows[:60]), ("engine-b", rows[60:150])):
+            monkeypatch.setenv("KVSCOPE_ENGINE_ID", engine)
+            scheduler = make_scheduler(
+                tmp_path / engine, BLOCK_SIZE, num_blocks=300, max_num_seqs=8
+            )
+            drive(scheduler, share, per_step=3)
+            scheduler.shutdown()
+            captures[engine] = scheduler.kvscope_capture
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    with duckdb.connect(str(run), read_only=True) as connection:
+        records = dict(
+            connection.execute(
+                "SELECT engine_id, count(DISTINCT seq) FROM ("
+                " SELECT engine_id, seq FROM events WHERE kind <> 'drop'"
+                " UNION ALL SELECT engine_id, seq FROM pool) GROUP BY ALL"
+            ).fetchall()
+        )
+        requests = dict(
+            connection.execute(
+                "SELECT engine_id, count(DISTINCT request_id) FROM events"
+                " WHERE kind = 'finish' GROUP BY ALL"
+            ).fetchall()
+        )
+    assert records == {engine: capture.hooks.num_records for engine, capture in captures.items()}
+    assert requests == {"engine-a": 60, "engine-b": 90}
