@@ -4,8 +4,10 @@ Rounds interleave a server without kvscope's capture and one with it (the plugin
 to a real `kvscope collect`, collision check on: what KVSCOPE_CAPTURE=1 does). Each round
 starts a fresh server, warms it up, then sends the same workload (requests sharing four
 system prompts, `--concurrency` at a time) and measures, over the workload only:
-requests/s and tokens/s as the client sees them, and the CPU seconds of the engine-core
-process (where the scheduler and the hooks run). Ratios are on / off within a round.
+requests/s and tokens/s as the client sees them, the CPU seconds of the engine-core process
+(where the scheduler and the hooks run) and, with capture on, of the collector (its live
+copy every 5 s, the default), which shares the machine's cores with the server here. Ratios
+are on / off within a round.
 
     .venv/bin/python benchmarks/server_capture.py [--rounds 2] [--requests 200]
 """
@@ -44,6 +46,7 @@ class Measure:
     prompt_tokens: int
     output_tokens: int
     engine_cpu_s: float
+    collector_cpu_s: float = 0.0
 
 
 def engine_core_pid(server_pid: int) -> int:
@@ -76,20 +79,26 @@ def workload(count: int, seed: int = 7) -> list[list[int]]:
     ]
 
 
-def measure(server: VllmServer, prompts: list[list[int]], output_tokens: int, jobs: int) -> Measure:
-    engine = engine_core_pid(server.process.pid)
+def measure(
+    server: VllmServer,
+    collector: int | None,
+    prompts: list[list[int]],
+    output_tokens: int,
+    jobs: int,
+) -> Measure:
+    processes = [engine_core_pid(server.process.pid), *([collector] if collector else [])]
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(lambda prompt: server.complete(prompt, output_tokens), prompts[:jobs]))
-        cpu_before, started = cpu_seconds(engine), time.perf_counter()
+        before, started = [cpu_seconds(pid) for pid in processes], time.perf_counter()
         done = list(pool.map(lambda prompt: server.complete(prompt, output_tokens), prompts))
         seconds = time.perf_counter() - started
-        engine_cpu_s = cpu_seconds(engine) - cpu_before
+        used = [cpu_seconds(pid) - cpu for pid, cpu in zip(processes, before, strict=True)]
     return Measure(
         seconds,
         len(done),
         sum(completion.prompt_tokens for completion in done),
         len(done) * output_tokens,
-        engine_cpu_s,
+        *used,
     )
 
 
@@ -97,12 +106,22 @@ def run_round(model: str, folder: Path, capture: bool, args: argparse.Namespace)
     endpoint = f"ipc://{folder}/kvscope.ipc"
     variables = {"KVSCOPE_CAPTURE": "1", "KVSCOPE_ENDPOINT": endpoint} if capture else {}
     with ExitStack() as stack:
+        collector = None
         if capture:
-            stack.enter_context(collector_process(folder / "run.duckdb", endpoint))
+            run = folder / "run.duckdb"
+            collector = stack.enter_context(
+                collector_process(run, endpoint, "--live-interval", "5")
+            )
         server = VllmServer(model, folder / "vllm.log", [], engine_environment(**variables))
         try:
             server.wait_until_up()
-            return measure(server, workload(args.requests), args.output_tokens, args.concurrency)
+            return measure(
+                server,
+                collector.pid if collector else None,
+                workload(args.requests),
+                args.output_tokens,
+                args.concurrency,
+            )
         finally:
             server.stop()
 
@@ -129,7 +148,8 @@ def main() -> int:
                     f"{found.requests / found.seconds:6.1f} requests/s, "
                     f"{(found.prompt_tokens + found.output_tokens) / found.seconds:8.0f} "
                     f"tokens/s ({found.output_tokens / found.seconds:6.0f} generated), "
-                    f"engine core {found.engine_cpu_s:5.1f} CPU s",
+                    f"engine core {found.engine_cpu_s:5.1f} CPU s, "
+                    f"collector {found.collector_cpu_s:5.1f} CPU s",
                     flush=True,
                 )
             off, on = measures[False], measures[True]
