@@ -27,12 +27,13 @@ from typing import Any
 import msgspec
 import zmq
 
+from collector.batch_check import BatchDecoder, RejectedMessage, Rejections
 from collector.store import RunConfig, RunStore, StoreError, live_copy_path
 from collector.vllm_kv_conflicts import HashConflictDetector
 from collector.vllm_kv_ingest import append_vllm_batches
 from collector.vllm_kv_subscriber import VllmKvEventSubscriber
-from engine_hooks.events import Drop, Event, decoder
-from engine_hooks.transport import Ack, BatchHeader
+from engine_hooks.events import Drop, Event
+from engine_hooks.transport import MAX_FRAME_BYTES, Ack, BatchHeader
 
 BatchObserver = Callable[[BatchHeader, list[Event]], None]
 
@@ -49,6 +50,7 @@ class ReceiverStats:
     records: int = 0
     missing_records: int = 0
     snapshots: int = 0
+    rejected: Rejections = field(default_factory=Rejections)
     engines: dict[tuple[str, int], _EngineStream] = field(default_factory=dict)
 
 
@@ -76,11 +78,11 @@ class Receiver:
         self.kv_event_sources = kv_event_sources
         self._kv_event_run_config = kv_event_run_config
         self._conflicts = HashConflictDetector()
-        self._header_decoder = msgspec.msgpack.Decoder(BatchHeader)
-        self._records_decoder = decoder()
+        self._decoder = BatchDecoder()
         self._encoder = msgspec.msgpack.Encoder()
         self._socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # checked before decoding
         self._socket.bind(endpoint)
         self._last_snapshot = time.monotonic()
         self._dirty = False
@@ -130,10 +132,12 @@ class Receiver:
         """Take every waiting message, commit them in one transaction, then acknowledge."""
         acks: dict[bytes, list[int]] = {}
         while self._socket.poll(0):
-            identity, header_frame, records_frame = self._socket.recv_multipart()
-            header = self._header_decoder.decode(header_frame)
-            records = self._records_decoder.decode(records_frame)
-            self._store_batch(header, records)
+            try:
+                identity, header, records = self._decoder.decode(self._socket.recv_multipart())
+                self._store_batch(header, records)
+            except RejectedMessage as rejected:
+                self.stats.rejected.count(rejected)
+                continue
             acks.setdefault(identity, []).append(header.batch_seq)
         if not acks:
             return False
@@ -212,15 +216,20 @@ def _gaps(stream: _EngineStream, records: list[Event], header: BatchHeader) -> l
 
 
 def _run_config(header: BatchHeader) -> RunConfig:
-    config: dict[str, Any] = dict(header.config)
+    settings = header.config
     return RunConfig(
         source="engine",
         trace=None,
         timing=None,
-        block_size=int(config.pop("block_size")),
-        num_blocks=int(config.pop("num_blocks")),
-        hash_algo=str(config.pop("hash_algo")),
-        vllm_version=str(config.pop("vllm_version")),
-        max_num_seqs=int(config.pop("max_num_seqs", 0)) or None,
-        options={"engine_id": header.engine_id, **config},
+        block_size=settings.block_size,
+        num_blocks=settings.num_blocks,
+        hash_algo=settings.hash_algo,
+        vllm_version=settings.vllm_version,
+        max_num_seqs=settings.max_num_seqs or None,
+        options={
+            "engine_id": header.engine_id,
+            "model": settings.model,
+            "check_collisions": settings.check_collisions,
+            "record_token_ids": settings.record_token_ids,
+        },
     )

@@ -13,36 +13,59 @@ Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix
 never Python `hash()` values. `seq` increases by one per record inside one engine:
 a gap means records were lost (the hooks' buffer was full, or the transport could not
 deliver them), and the collector that sees the gap stores a `Drop` record saying how many.
+
+The field types carry bounds (`Count`, `BlockHash`, `Label`, ...): every value must fit its
+run-file column and be safe to show. msgspec checks them when it decodes, that is in the
+collector, which does not trust the socket; building and encoding records in the engine
+checks nothing and costs nothing more.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
+BigCount = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+Nanoseconds = Annotated[int, msgspec.Meta(ge=-INT64_MAX, le=INT64_MAX)]
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
+# vLLM's block hashes are 32 bytes (sha256) or 8 or 16 (xxhash); the run file keeps the
+# low 64 bits.
+BlockHash = Annotated[bytes, msgspec.Meta(min_length=8, max_length=64)]
+Fingerprint = Annotated[bytes, msgspec.Meta(max_length=64)]
+# Request ids, tenants, adapters, salts' pseudonyms, extra-key kinds: no control characters.
+Label = Annotated[str, msgspec.Meta(max_length=256, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")]
+EngineId = Annotated[str, msgspec.Meta(max_length=128, pattern=r"^[A-Za-z0-9_.:@/+=-]*$")]
+DpRank = Annotated[int, msgspec.Meta(ge=0, le=2**15 - 1)]
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
     """Optional context carried by every record; kw_only keeps it at the end."""
 
-    tenant: str | None = None
-    lora: str | None = None
-    engine_id: str = ""
-    dp_rank: int = 0
+    tenant: Label | None = None
+    lora: Label | None = None
+    engine_id: EngineId = ""
+    dp_rank: DpRank = 0
 
 
 class _Record(_Context, array_like=True, tag_field="kind", gc=False):
     """Fields every record starts with."""
 
-    seq: int
-    ts_ns: int
-    request_id: str | None
+    seq: BigCount
+    ts_ns: Nanoseconds
+    request_id: Label | None
 
 
 class Arrive(_Record, tag="arrive"):
     """A request reached the engine (prompt length, keyed salt hash, opt-in token ids)."""
 
-    num_prompt_tokens: int
-    salt_hash: str | None = None
-    token_ids: list[int] | None = None
+    num_prompt_tokens: Count
+    salt_hash: Label | None = None
+    token_ids: list[TokenId] | None = None
 
 
 class Lookup(_Record, tag="lookup"):
@@ -52,23 +75,23 @@ class Lookup(_Record, tag="lookup"):
     request resumed after preemption (`preempted`), as vLLM counts its queries.
     """
 
-    num_prompt_tokens: int
-    num_hit_tokens: int
-    num_hit_blocks: int
+    num_prompt_tokens: Count
+    num_hit_tokens: Count
+    num_hit_blocks: Count
     preempted: bool
 
 
 class Hit(_Record, tag="hit"):
     """Cached blocks reused by a request: its prefix, block 0 onwards."""
 
-    block_ids: list[int]
-    block_hashes: list[bytes]
+    block_ids: list[Count]
+    block_hashes: list[BlockHash]
 
 
 class Allocate(_Record, tag="allocate"):
     """Blocks that left the free queue for a request."""
 
-    block_ids: list[int]
+    block_ids: list[Count]
 
 
 class Store(_Record, tag="store"):
@@ -79,13 +102,13 @@ class Store(_Record, tag="store"):
     `extra_keys` names the kinds of extra hash keys per block (LoRA, cache salt, ...).
     """
 
-    block_ids: list[int]
-    block_hashes: list[bytes]
-    parent_block_hash: bytes | None
-    first_position: int
-    block_size: int
-    extra_keys: list[tuple[str, ...] | None] | None = None
-    token_ids: list[list[int]] | None = None
+    block_ids: list[Count]
+    block_hashes: list[BlockHash]
+    parent_block_hash: BlockHash | None
+    first_position: Count
+    block_size: Count
+    extra_keys: list[tuple[Label, ...] | None] | None = None
+    token_ids: list[list[TokenId]] | None = None
 
 
 class Evict(_Record, tag="evict"):
@@ -96,40 +119,40 @@ class Evict(_Record, tag="evict"):
     engine keeps no per-block clock or counter for them.
     """
 
-    block_ids: list[int]
-    block_hashes: list[bytes]
+    block_ids: list[Count]
+    block_hashes: list[BlockHash]
 
 
 class Free(_Record, tag="free"):
     """Blocks a request released, with their reference counts after (0: back in the free
     queue, still cached if hashed)."""
 
-    block_ids: list[int]
-    ref_cnts: list[int]
+    block_ids: list[Count]
+    ref_cnts: list[Count]
 
 
 class Collision(_Record, tag="collision"):
     """A block hash matched but the block's content did not: another prompt's KV was reused."""
 
-    block_id: int
-    block_hash: bytes
-    stored_by: str | None
-    stored_fingerprint: bytes
-    request_fingerprint: bytes
+    block_id: Count
+    block_hash: BlockHash
+    stored_by: Label | None
+    stored_fingerprint: Fingerprint
+    request_fingerprint: Fingerprint
 
 
 class Reset(_Record, tag="reset"):
     """The whole prefix cache was cleared, dropping `num_cleared` cached blocks."""
 
-    num_cleared: int
+    num_cleared: Count
 
 
 class Pool(_Record, tag="pool"):
     """Pool state after a scheduler step (the null block is not counted)."""
 
-    num_free: int
-    num_cached_free: int
-    num_in_use: int
+    num_free: Count
+    num_cached_free: Count
+    num_in_use: Count
 
 
 class Schedule(_Record, tag="schedule"):
@@ -143,13 +166,13 @@ class Preempt(_Record, tag="preempt"):
 class Finish(_Record, tag="finish"):
     """A request finished and released its blocks."""
 
-    num_output_tokens: int
+    num_output_tokens: Count
 
 
 class Drop(_Record, tag="drop"):
     """`num_lost` records (a gap in `seq` starting at this record's own `seq`) never arrived."""
 
-    num_lost: int
+    num_lost: BigCount
 
 
 Event = (

@@ -23,36 +23,52 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from engine_hooks.buffer import EventBuffer
-from engine_hooks.events import Event
+from engine_hooks.events import BigCount, Count, DpRank, EngineId, Event, Label
 
 MAX_RECORDS_PER_BATCH = 50_000
+# The largest frame a collector accepts (ZMQ disconnects a peer that sends more, before
+# anything is decoded); the transport splits a batch that would encode larger.
+MAX_FRAME_BYTES = 16 << 20
 
 logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
+
+
+class EngineSettings(msgspec.Struct, omit_defaults=True, gc=False):
+    """The engine's cache settings: the run's configuration when a collector starts one."""
+
+    block_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+    num_blocks: Count
+    hash_algo: Label
+    vllm_version: Label
+    model: Annotated[str, msgspec.Meta(max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+    max_num_seqs: Count = 0
+    check_collisions: bool = False
+    record_token_ids: bool = False
 
 
 class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     """What the collector learns about the engine and the batch before it decodes it."""
 
-    engine_id: str
-    dp_rank: int
-    batch_seq: int
-    num_records: int
-    num_lost_in_engine: int
-    num_dropped_in_transport: int
-    config: dict[str, Any]
+    engine_id: EngineId
+    dp_rank: DpRank
+    batch_seq: BigCount
+    num_records: Count
+    num_lost_in_engine: BigCount
+    num_dropped_in_transport: BigCount
+    config: EngineSettings
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
     """These batches (of the engine the ack goes to) are stored."""
 
-    batch_seqs: list[int]
+    batch_seqs: list[BigCount]
 
 
 class Transport:
@@ -74,7 +90,7 @@ class Transport:
         self.endpoint = endpoint
         self.engine_id = engine_id
         self.dp_rank = dp_rank
-        self._config = config or {}
+        self._settings = msgspec.convert(config or {}, EngineSettings)
         self._lost_in_engine = lost_in_engine or (lambda: 0)
         self._interval_s = interval_s
         self._max_in_flight = max_in_flight
@@ -165,6 +181,15 @@ class Transport:
         if len(self._in_flight) >= self._max_in_flight:
             self.num_dropped += len(records)  # the collector is not keeping up
             return
+        encoded = self._encoder.encode(records)
+        if len(encoded) > MAX_FRAME_BYTES:
+            if len(records) == 1:
+                self.num_dropped += 1  # one record larger than a collector accepts
+                return
+            half = len(records) // 2
+            self._send(records[:half])
+            self._send(records[half:])
+            return
         header = BatchHeader(
             self.engine_id,
             self.dp_rank,
@@ -172,9 +197,9 @@ class Transport:
             len(records),
             self._lost_in_engine(),
             self.num_dropped,
-            self._config,
+            self._settings,
         )
-        frames = [self._encoder.encode(header), self._encoder.encode(records)]
+        frames = [self._encoder.encode(header), encoded]
         try:
             self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:

@@ -85,9 +85,15 @@ def _run_collect(args: argparse.Namespace) -> int:
         signal.signal(signal_number, lambda *_: stop.set())
     print(f"kvscope collect: listening on {args.endpoint}, writing {args.db}", flush=True)
     receiver.serve(stop, idle_exit_s=args.idle_exit)
+    stats = receiver.stats
     print(
-        f"kvscope collect: {receiver.stats.records:,} records in {receiver.stats.batches:,} "
-        f"batches, {receiver.stats.missing_records:,} missing",
+        f"kvscope collect: {stats.records:,} records in {stats.batches:,} batches, "
+        f"{stats.missing_records:,} missing, {stats.rejected.total:,} messages rejected",
         flush=True,
     )
+    if stats.rejected.total:
+        reasons = ", ".join(
+            f"{count:,} {reason}" for reason, count in stats.rejected.by_reason.items()
+        )
+        print(f"kvscope collect: rejected {reasons}; the last: {stats.rejected.last}", flush=True)
     return 0
