@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import zmq
 
 from collector.batch_check import BatchDecoder, RejectedMessage, Rejections
+from collector.listener import Listener
 from collector.store import RunConfig, RunStore, StoreError, live_copy_path
 from collector.vllm_kv_conflicts import HashConflictDetector
 from collector.vllm_kv_ingest import append_vllm_batches
 from collector.vllm_kv_subscriber import VllmKvEventSubscriber
 from engine_hooks.events import Drop, Event
-from engine_hooks.transport import MAX_FRAME_BYTES, Ack, BatchHeader
+from engine_hooks.transport import Ack, BatchHeader
 
 BatchObserver = Callable[[BatchHeader, list[Event]], None]
 
@@ -66,6 +66,8 @@ class Receiver:
         observers: tuple[BatchObserver, ...] = (),
         kv_event_sources: tuple[VllmKvEventSubscriber, ...] = (),
         kv_event_run_config: RunConfig | None = None,
+        allow_remote: bool = False,
+        token: bytes | None = None,
     ) -> None:
         if run_path.exists():
             raise StoreError(f"{run_path}: already exists; kvscope does not overwrite runs")
@@ -80,17 +82,15 @@ class Receiver:
         self._conflicts = HashConflictDetector()
         self._decoder = BatchDecoder()
         self._encoder = msgspec.msgpack.Encoder()
-        self._socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # checked before decoding
-        self._socket.bind(endpoint)
+        self._listener = Listener(endpoint, allow_remote=allow_remote, token=token)
+        self._socket = self._listener.socket
         self._last_snapshot = time.monotonic()
         self._dirty = False
         self._settings_from_engine = False
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
         """Receive until `stop` is set (or nothing arrived for `idle_exit_s`), then finalize."""
-        last_batch_at = time.monotonic()
+        last_batch_at: float | None = None  # the idle clock starts with the first batch
         try:
             while not stop.is_set():
                 wait_ms = 50 if self.kv_event_sources else 100
@@ -98,7 +98,11 @@ class Receiver:
                 received = self._receive_kv_events(poll_ms=wait_ms) or received
                 if received:
                     last_batch_at = time.monotonic()
-                elif idle_exit_s is not None and time.monotonic() - last_batch_at > idle_exit_s:
+                elif (
+                    idle_exit_s is not None
+                    and last_batch_at is not None
+                    and time.monotonic() - last_batch_at > idle_exit_s
+                ):
                     break
                 if self._dirty and time.monotonic() - self._last_snapshot > self.live_interval_s:
                     self.publish_snapshot()
@@ -183,7 +187,7 @@ class Receiver:
         self._dirty = False
 
     def close(self) -> None:
-        self._socket.close(linger=0)
+        self._listener.close()
         for source in self.kv_event_sources:
             source.close()
         if self.store is None:

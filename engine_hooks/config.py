@@ -7,10 +7,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-
-def default_endpoint() -> str:
-    """A per-user IPC socket: local-only by construction."""
-    return f"ipc:///tmp/kvscope-{os.getuid()}.ipc"
+from engine_hooks.endpoint import default_endpoint
 
 
 def _flag(environment: Mapping[str, str], name: str, default: bool) -> bool:

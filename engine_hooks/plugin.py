@@ -21,6 +21,7 @@ from typing import Any
 
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.config import CaptureConfig
+from engine_hooks.endpoint import engine_token
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer, load_secret
 from engine_hooks.transport import Transport
@@ -137,6 +138,7 @@ class Capture:
             config=self._run_config(),
             lost_in_engine=lambda: self.hooks.num_lost,
             max_in_flight=config.max_in_flight,
+            token=engine_token(),
         )
         self._wrapped: list[str] = []
 

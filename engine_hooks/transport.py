@@ -30,6 +30,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from engine_hooks.buffer import EventBuffer
+from engine_hooks.endpoint import TOKEN_USER, make_private_socket_folder
 from engine_hooks.events import BigCount, Count, DpRank, EngineId, Event, Label
 
 MAX_RECORDS_PER_BATCH = 50_000
@@ -85,6 +86,7 @@ class Transport:
         lost_in_engine: Any = None,
         interval_s: float = 0.05,
         max_in_flight: int = 256,
+        token: bytes | None = None,
     ) -> None:
         self._buffer = buffer
         self.endpoint = endpoint
@@ -94,6 +96,7 @@ class Transport:
         self._lost_in_engine = lost_in_engine or (lambda: 0)
         self._interval_s = interval_s
         self._max_in_flight = max_in_flight
+        self._token = token
         self._encoder = msgspec.msgpack.Encoder()
         self._ack_decoder = msgspec.msgpack.Decoder(Ack)
         self._in_flight: deque[tuple[int, int]] = deque()
@@ -109,8 +112,12 @@ class Transport:
         self.num_dropped = 0
 
     def start(self) -> Transport:
+        make_private_socket_folder(self.endpoint)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.DEALER)
+        if self._token is not None:
+            self._socket.plain_username = TOKEN_USER
+            self._socket.plain_password = self._token
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, self._max_in_flight)
         self._monitor = self._socket.get_monitor_socket(

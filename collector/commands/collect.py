@@ -10,7 +10,7 @@ from typing import Any
 
 
 def register(commands: Any) -> None:
-    from engine_hooks.config import default_endpoint
+    from engine_hooks.endpoint import default_endpoint
 
     parser = commands.add_parser(
         "collect", help="receive block events from engines running kvscope's plugin"
@@ -19,14 +19,23 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--endpoint",
         default=default_endpoint(),
-        help="where engines send (KVSCOPE_ENDPOINT): ipc://PATH (default) or tcp://127.0.0.1:PORT",
+        help="where engines send (KVSCOPE_ENDPOINT): ipc://PATH in a folder only you can use "
+        "(default), or tcp://127.0.0.1:PORT",
     )
     parser.add_argument(
         "--live-interval", type=float, default=5.0, help="seconds between live copies"
     )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1")
     parser.add_argument(
-        "--idle-exit", type=float, help="stop after this many seconds without a batch"
+        "--idle-exit",
+        type=float,
+        help="stop after this many seconds without a batch (counted from the first batch)",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="listen on an address other machines reach (tcp://HOST:PORT); engines must then "
+        "present the token in KVSCOPE_TOKEN, set for the collector too",
     )
     parser.add_argument(
         "--vllm-kv-events",
@@ -56,6 +65,7 @@ def _run_collect(args: argparse.Namespace) -> int:
     from collector.receiver import Receiver
     from collector.store import RunConfig
     from collector.vllm_kv_subscriber import VllmKvEventSubscriber
+    from engine_hooks.endpoint import EndpointError, engine_token
 
     state = LiveState()
     sources: tuple[VllmKvEventSubscriber, ...] = ()
@@ -77,9 +87,15 @@ def _run_collect(args: argparse.Namespace) -> int:
             vllm_version="unknown",
             options={"endpoint": args.vllm_kv_events, "replay": args.vllm_kv_replay},
         ),
+        allow_remote=args.allow_remote,
+        token=engine_token(),
     )
     if args.metrics_port is not None:
-        serve_metrics(state, args.metrics_port)
+        try:
+            serve_metrics(state, args.metrics_port)
+        except OSError as error:
+            receiver.close()
+            raise EndpointError(f"--metrics-port {args.metrics_port}: {error}") from None
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stop.set())

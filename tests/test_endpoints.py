@@ -1,0 +1,161 @@
+"""Private by default: the collector's socket sits in a folder only its owner can use, a
+squatted or shared one is refused on both sides, a busy endpoint or metrics port is a clear
+error, other machines are refused unless the collector allows them and engines show a token."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_hooks import EventBuffer
+from engine_hooks.endpoint import EndpointError
+from engine_hooks.events import Pool
+from engine_hooks.transport import Transport
+from tests.conftest import REPO
+from tests.engine import collector_process
+from tests.test_live_view import wait_for
+from tests.vllm_server import free_port
+
+CONFIG = {"block_size": 16, "num_blocks": 100, "hash_algo": "sha256", "vllm_version": "0"}
+
+
+def collect(*args: str, umask: int | None = None, **environment: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "collect", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **environment},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),  # noqa: PLW1509
+    )
+
+
+def refused(*args: str, **environment: str) -> str:
+    process = collect(*args, **environment)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 2, output
+    assert "Traceback" not in output
+    return output
+
+
+def sent_to(endpoint: str, token: bytes | None = None) -> Transport:
+    buffer = EventBuffer()
+    buffer.offer([Pool(0, 1, None, 1, 2, 3)])
+    return Transport(buffer, endpoint, engine_id="engine", config=CONFIG, token=token).start()
+
+
+def test_the_socket_folder_is_made_private_whatever_the_umask(tmp_path: Path) -> None:
+    folder = tmp_path / "sockets"
+    process = collect(
+        "--db", str(tmp_path / "run.duckdb"), "--endpoint", f"ipc://{folder}/c.ipc", umask=0
+    )
+    assert process.stdout is not None
+    assert "listening" in process.stdout.readline()
+    process.terminate()
+    process.wait(timeout=60)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("squat", ["another user's folder", "a folder open to all"])
+def test_a_socket_folder_that_is_not_private_is_refused_on_both_sides(
+    tmp_path: Path, squat: str
+) -> None:
+    folder = tmp_path / "sockets"
+    folder.mkdir(mode=0o700)
+    if squat == "another user's folder":
+        os.chown(folder, 65534, 65534)  # the tests run as root, as CI does
+        reason = "belongs to user 65534, not to you"
+    else:
+        folder.chmod(0o777)
+        reason = "is open to other users (mode 777)"
+    endpoint = f"ipc://{folder}/c.ipc"
+    assert reason in refused("--db", str(tmp_path / "run.duckdb"), "--endpoint", endpoint)
+    with pytest.raises(EndpointError, match=re.escape(reason)):
+        sent_to(endpoint)
+    assert not (tmp_path / "run.duckdb").exists()
+
+
+def test_a_second_collector_or_a_taken_metrics_port_is_a_clear_error(tmp_path: Path) -> None:
+    endpoint = f"ipc://{tmp_path}/c.ipc"
+    port = free_port()
+    with collector_process(tmp_path / "first.duckdb", endpoint, "--metrics-port", str(port)):
+        second = refused("--db", str(tmp_path / "second.duckdb"), "--endpoint", endpoint)
+        assert "another collector is listening there" in second
+        tcp = refused(
+            "--db", str(tmp_path / "third.duckdb"), "--endpoint", f"tcp://127.0.0.1:{port}"
+        )
+        assert "another process is listening there" in tcp
+        metrics = refused(
+            "--db",
+            str(tmp_path / "fourth.duckdb"),
+            "--endpoint",
+            f"ipc://{tmp_path}/other.ipc",
+            "--metrics-port",
+            str(port),
+        )
+        assert f"--metrics-port {port}" in metrics
+    assert list(tmp_path.glob("*.duckdb")) == []  # none got a batch, none wrote a file
+
+
+def test_other_machines_need_allow_remote_and_a_token(tmp_path: Path) -> None:
+    run = str(tmp_path / "run.duckdb")
+    port = free_port()
+    wildcard = refused("--db", run, "--endpoint", f"tcp://*:{port}")
+    assert "other machines could reach this address" in wildcard
+    no_token = refused("--db", run, "--endpoint", f"tcp://0.0.0.0:{port}", "--allow-remote")
+    assert "--allow-remote needs KVSCOPE_TOKEN" in no_token
+    short = refused("--db", run, "--endpoint", f"tcp://127.0.0.1:{port}", KVSCOPE_TOKEN="short")
+    assert "KVSCOPE_TOKEN must be at least 16 characters" in short
+
+
+def test_with_a_token_only_engines_that_present_it_are_heard(tmp_path: Path) -> None:
+    token = "a-shared-token-of-some-length"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    process = collect(
+        "--db", str(tmp_path / "run.duckdb"), "--endpoint", endpoint, KVSCOPE_TOKEN=token
+    )
+    assert process.stdout is not None
+    assert "listening" in process.stdout.readline()
+    intruder = sent_to(endpoint, b"not-the-token-at-all")
+    engine = sent_to(endpoint, token.encode())
+    wait_for(lambda: engine.num_delivered == 1)
+    time.sleep(1)
+    assert intruder.num_delivered == 0
+    intruder.stop(flush_timeout_s=0)
+    engine.stop()
+    process.terminate()
+    output, _ = process.communicate(timeout=60)
+    assert "1 records in 1 batches" in output
+
+
+def test_idle_exit_counts_from_the_first_batch(tmp_path: Path) -> None:
+    endpoint = f"ipc://{tmp_path}/c.ipc"
+    process = collect(
+        "--db", str(tmp_path / "run.duckdb"), "--endpoint", endpoint, "--idle-exit", "1"
+    )
+    assert process.stdout is not None
+    assert "listening" in process.stdout.readline()
+    time.sleep(3)  # a slow engine: the collector waits for it
+    assert process.poll() is None
+    engine = sent_to(endpoint)
+    wait_for(lambda: engine.num_delivered == 1)
+    engine.stop()
+    assert process.wait(timeout=60) == 0
+
+
+def test_nothing_listens_on_a_stale_socket_file(tmp_path: Path) -> None:
+    """A socket file left by a collector that was killed does not block the next one."""
+    path = tmp_path / "c.ipc"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
+        stale.bind(str(path))
+    with collector_process(tmp_path / "run.duckdb", f"ipc://{path}"):
+        pass
