@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import duckdb
+
     from collector.block_manager import VllmUnavailable
     from collector.store import StoreError
     from collector.traces import TraceError
@@ -46,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except (TraceError, StoreError, ValueError, VllmUnavailable) as error:
         print(f"kvscope: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except duckdb.Error as error:  # a run file damaged where opening it could not tell
+        reason = str(error).splitlines()[0]
+        print(f"kvscope: error: a run file cannot be read: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

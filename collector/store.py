@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -18,10 +19,22 @@ from engine_hooks.events import Event
 
 FLUSH_RECORDS = 250_000
 KVSCOPE_VERSION = "0.1.0"
+# A run file is DuckDB's own format: a file of another kind must be refused, never handed to
+# an extension that DuckDB would fetch from the network to read it.
+DUCKDB_MAGIC = b"DUCK"  # bytes 8 to 11 of every DuckDB database file
+NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
 class StoreError(RuntimeError):
     """A run file that cannot be used; the message says which file and why."""
+
+
+# Every table a run file holds: those made at creation and those derived from the events.
+RUN_TABLES = frozenset(
+    re.findall(
+        r"CREATE (?:OR REPLACE )?TABLE (\w+)", "\n".join((*CREATE_STATEMENTS, *DERIVED_STATEMENTS))
+    )
+)
 
 
 class RunBeingWritten(StoreError):
@@ -62,7 +75,7 @@ class RunStore:
             raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
         temporary = path.with_name(f".{path.name}.creating-{os.getpid()}")
         temporary.unlink(missing_ok=True)
-        connection = duckdb.connect(str(temporary))
+        connection = duckdb.connect(str(temporary), config=NO_EXTENSIONS)
         for statement in CREATE_STATEMENTS:
             connection.execute(statement)
         connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
@@ -76,15 +89,18 @@ class RunStore:
             connection.execute(statement)
         connection.close()
         os.replace(temporary, path)
-        return cls(duckdb.connect(str(path)), path)
+        return cls(duckdb.connect(str(path), config=NO_EXTENSIONS), path)
 
     @classmethod
     def open(cls, path: Path, read_only: bool = True) -> RunStore:
         """Open an existing run file, checking that its schema is the one this kvscope reads."""
         if not path.is_file():
             raise StoreError(f"{path}: no such run file")
+        with path.open("rb") as handle:
+            if handle.read(12)[8:] != DUCKDB_MAGIC:
+                raise StoreError(f"{path}: not a DuckDB file, so not a kvscope run")
         try:
-            connection = duckdb.connect(str(path), read_only=read_only)
+            connection = duckdb.connect(str(path), read_only=read_only, config=NO_EXTENSIONS)
         except duckdb.IOException as error:
             if "lock" in str(error).lower():
                 raise RunBeingWritten(
@@ -108,6 +124,10 @@ class RunStore:
                 f"{path}: run schema version {version}, this kvscope reads version "
                 f"{SCHEMA_VERSION}; replay the trace again or use the matching kvscope"
             )
+        damage = _damage(connection, path)
+        if damage:
+            connection.close()
+            raise StoreError(f"{path}: the run file is damaged: {damage}")
         return cls(connection, path)
 
     def update_config(self, config: RunConfig) -> None:
@@ -184,6 +204,31 @@ class RunStore:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _damage(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """What is wrong with a run file of the right schema version, if anything."""
+    size = connection.execute(
+        "SELECT block_size * total_blocks FROM pragma_database_size() "
+        "WHERE database_name = current_database()"
+    ).fetchone()
+    if size is not None and path.stat().st_size < size[0]:
+        return (
+            f"{path.stat().st_size:,} bytes where DuckDB's header promises {size[0]:,} (cut short)"
+        )
+    tables = {
+        row[0]
+        for row in connection.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchall()
+    }
+    missing = sorted(RUN_TABLES - tables)
+    if missing:
+        return f"tables missing: {', '.join(missing)}"
+    runs = connection.execute("SELECT count(*) FROM runs").fetchone()
+    if runs != (1,):
+        return f"{runs[0] if runs else 0} rows in its runs table, a run has one"
+    return None
 
 
 def live_copy_path(run_path: Path) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import threading
 from pathlib import Path
 
 SECRET_ENV = "KVSCOPE_SECRET"
@@ -19,12 +20,25 @@ def load_secret() -> bytes:
     try:
         return SECRET_FILE.read_bytes()
     except FileNotFoundError:
-        SECRET_FILE.parent.mkdir(parents=True, exist_ok=True)
-        secret = os.urandom(32).hex().encode()
-        fd = os.open(SECRET_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secret)
-        return secret
+        return _create_secret()
+
+
+def _create_secret() -> bytes:
+    """Write a new key beside the file, then link it into place: of processes starting at
+    once, the first link wins and the others read the winner's key, never a partial one."""
+    SECRET_FILE.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    secret = os.urandom(32).hex().encode()
+    temporary = SECRET_FILE.with_name(f".{SECRET_FILE.name}-{os.getpid()}-{threading.get_ident()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secret)
+    try:
+        os.link(temporary, SECRET_FILE)
+    except FileExistsError:
+        secret = SECRET_FILE.read_bytes()
+    finally:
+        temporary.unlink()
+    return secret
 
 
 class Pseudonymizer:

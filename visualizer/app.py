@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import streamlit as st
 
 from visualizer import live_refresh
@@ -29,7 +30,10 @@ def main() -> None:
     navigation = st.navigation(pages)
     with st.sidebar:
         live_refresh.follow(current_run())
-    navigation.run()
+    try:
+        navigation.run()
+    except duckdb.Error as error:  # damaged where opening the run could not tell
+        st.error(f"Cannot read this run: {str(error).splitlines()[0]}")
 
 
 main()
