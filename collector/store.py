@@ -19,10 +19,9 @@ from engine_hooks.events import Event
 
 FLUSH_RECORDS = 250_000
 KVSCOPE_VERSION = "0.1.0"
-# A run file is DuckDB's own format: a file of another kind must be refused, never handed to
-# an extension that DuckDB would fetch from the network to read it.
+# A run file is DuckDB's own format: a file of another kind is refused before DuckDB sees it,
+# and DuckDB never fetches or loads an extension for a run (it would go to the network).
 DUCKDB_MAGIC = b"DUCK"  # bytes 8 to 11 of every DuckDB database file
-NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
 class StoreError(RuntimeError):
@@ -75,7 +74,7 @@ class RunStore:
             raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
         temporary = path.with_name(f".{path.name}.creating-{os.getpid()}")
         temporary.unlink(missing_ok=True)
-        connection = duckdb.connect(str(temporary), config=NO_EXTENSIONS)
+        connection = _connect(temporary)
         for statement in CREATE_STATEMENTS:
             connection.execute(statement)
         connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
@@ -89,7 +88,7 @@ class RunStore:
             connection.execute(statement)
         connection.close()
         os.replace(temporary, path)
-        return cls(duckdb.connect(str(path), config=NO_EXTENSIONS), path)
+        return cls(_connect(path), path)
 
     @classmethod
     def open(cls, path: Path, read_only: bool = True) -> RunStore:
@@ -100,7 +99,7 @@ class RunStore:
             if handle.read(12)[8:] != DUCKDB_MAGIC:
                 raise StoreError(f"{path}: not a DuckDB file, so not a kvscope run")
         try:
-            connection = duckdb.connect(str(path), read_only=read_only, config=NO_EXTENSIONS)
+            connection = _connect(path, read_only=read_only)
         except duckdb.IOException as error:
             if "lock" in str(error).lower():
                 raise RunBeingWritten(
@@ -204,6 +203,15 @@ class RunStore:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    # Settings, not connect()'s config: DuckDB refuses a second connection to a file in one
+    # process under another configuration, and the app and the tests open runs side by side.
+    connection = duckdb.connect(str(path), read_only=read_only)
+    connection.execute("SET autoinstall_known_extensions = false")
+    connection.execute("SET autoload_known_extensions = false")
+    return connection
 
 
 def _damage(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:

@@ -80,4 +80,4 @@ def test_a_file_that_is_not_a_run_is_refused(
     bogus = tmp_path / "bogus.duckdb"
     bogus.write_text("no")
     assert main(["advise", str(bogus)]) == 2
-    assert f"{bogus}: cannot open as a DuckDB run file" in capsys.readouterr().err
+    assert f"{bogus}: not a DuckDB file, so not a kvscope run" in capsys.readouterr().err
