@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from collector.commands import (
     advise,
+    app,
     collect,
     generate,
     prompt_trace,
@@ -23,7 +24,7 @@ from collector.commands import (
 )
 
 EXIT_BAD_INPUT = 2
-COMMANDS = (replay, summary, generate, collect, report, prompt_trace, whatif, advise)
+COMMANDS = (replay, summary, generate, collect, report, prompt_trace, whatif, advise, app)
 
 
 def build_parser() -> argparse.ArgumentParser:
