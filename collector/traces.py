@@ -12,13 +12,18 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 MOONCAKE_BLOCK_TOKENS = 512
 MAX_TOKEN_ID = 2**31 - 1
+MAX_HASH_ID = MAX_TOKEN_ID // MOONCAKE_BLOCK_TOKENS  # its 512 token ids stay valid ids
+MAX_TOKENS = 2**24  # prompt or output tokens of one request: far past any model's context
+MAX_TIMESTAMP_MS = 10**12  # 31 years after the trace starts; the replay clock is int64 ns
+MAX_LABEL_LENGTH = 256
 FORMATS = ("auto", "mooncake", "kvscope")
 
 
@@ -80,11 +85,12 @@ def read_trace(path: Path, trace_format: str = "auto") -> list[TraceRequest]:
 
 
 def _open_text(path: Path) -> Any:
-    """The trace as text, gunzipped when its name ends in .gz."""
+    """The trace's bytes, gunzipped when its name ends in .gz (lines are decoded one by one,
+    so a bad byte is reported on its own line)."""
     try:
         if path.suffix == ".gz":
-            return gzip.open(path, "rt", encoding="utf-8")
-        return path.open(encoding="utf-8")
+            return gzip.open(path, "rb")
+        return path.open("rb")
     except OSError as error:
         raise TraceError(path, 0, f"cannot open: {error.strerror}") from error
 
@@ -92,12 +98,14 @@ def _open_text(path: Path) -> Any:
 def _numbered_lines(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
     line_number = 0
     try:
-        for line_number, text in enumerate(handle, start=1):
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise TraceError(path, line_number, f"not UTF-8 text: {error.reason}") from None
             if text.strip():
                 yield line_number, text
-    except UnicodeDecodeError as error:
-        raise TraceError(path, line_number + 1, f"not UTF-8 text: {error.reason}") from error
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise TraceError(path, line_number + 1, f"cannot read: {error}") from error
 
 
@@ -109,6 +117,10 @@ def parse_json_object(path: Path, line: int, text: str) -> dict[str, Any]:
         raise TraceError(
             path, line, f"invalid JSON: {error.msg} at column {error.colno}"
         ) from error
+    except RecursionError:
+        raise TraceError(path, line, "invalid JSON: nested too deeply") from None
+    except ValueError as error:  # e.g. an integer of more than 4,300 digits
+        raise TraceError(path, line, f"invalid JSON: {error}") from None
     if not isinstance(row, dict):
         raise TraceError(path, line, f"expected a JSON object, got {type(row).__name__}")
     return row
@@ -126,8 +138,8 @@ def _parse_line(path: Path, line: int, text: str, trace_format: str, index: int)
 
 
 def _mooncake_request(fields: _Fields, index: int) -> TraceRequest:
-    input_length = fields.integer("input_length", minimum=1)
-    hash_ids = fields.integer_list("hash_ids")
+    input_length = fields.integer("input_length", minimum=1, maximum=MAX_TOKENS)
+    hash_ids = fields.integer_list("hash_ids", maximum=MAX_HASH_ID)
     expected = math.ceil(input_length / MOONCAKE_BLOCK_TOKENS)
     if len(hash_ids) != expected:
         fields.fail(
@@ -137,9 +149,9 @@ def _mooncake_request(fields: _Fields, index: int) -> TraceRequest:
     return TraceRequest(
         line=fields.line,
         request_id=f"req-{index}",
-        timestamp_ms=fields.number("timestamp", minimum=0.0),
+        timestamp_ms=fields.number("timestamp", minimum=0.0, maximum=MAX_TIMESTAMP_MS),
         num_prompt_tokens=input_length,
-        output_length=fields.integer("output_length", minimum=0),
+        output_length=fields.integer("output_length", minimum=0, maximum=MAX_TOKENS),
         hash_ids=tuple(hash_ids),
     )
 
@@ -148,7 +160,9 @@ def _kvscope_request(fields: _Fields, index: int) -> TraceRequest:
     token_ids = fields.integer_list("token_ids")
     if not token_ids:
         fields.fail("'token_ids' is empty")
-    output_length = fields.integer("output_length", minimum=0)
+    if len(token_ids) > MAX_TOKENS:
+        fields.fail(f"'token_ids' has {len(token_ids)} tokens, more than {MAX_TOKENS}")
+    output_length = fields.integer("output_length", minimum=0, maximum=MAX_TOKENS)
     output_token_ids = fields.optional_integer_list("output_token_ids")
     if output_token_ids is not None and len(output_token_ids) != output_length:
         fields.fail(
@@ -158,7 +172,7 @@ def _kvscope_request(fields: _Fields, index: int) -> TraceRequest:
     return TraceRequest(
         line=fields.line,
         request_id=fields.optional_string("request_id") or f"req-{index}",
-        timestamp_ms=fields.number("timestamp", minimum=0.0),
+        timestamp_ms=fields.number("timestamp", minimum=0.0, maximum=MAX_TIMESTAMP_MS),
         num_prompt_tokens=len(token_ids),
         output_length=output_length,
         tenant=fields.optional_string("tenant"),
@@ -177,7 +191,7 @@ class _Fields:
         self.line = line
         self.row = row
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str) -> NoReturn:
         raise TraceError(self.path, self.line, reason)
 
     def _required(self, name: str) -> Any:
@@ -185,42 +199,64 @@ class _Fields:
             self.fail(f"missing field '{name}'")
         return self.row[name]
 
-    def number(self, name: str, minimum: float) -> float:
+    def number(self, name: str, minimum: float, maximum: float) -> float:
         value = self._required(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            self.fail(f"'{name}' must be a number, got {value!r}")
-        if value < minimum:
-            self.fail(f"'{name}' must be >= {minimum:g}, got {value}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"'{name}' must be a number, got {_shown(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(f"'{name}' must be a finite number, got {value}")
+        if not minimum <= value <= maximum:
+            self.fail(f"'{name}' must be from {minimum:g} to {maximum:g}, got {_shown(value)}")
         return float(value)
 
-    def integer(self, name: str, minimum: int) -> int:
+    def integer(self, name: str, minimum: int, maximum: int) -> int:
         value = self._required(name)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"'{name}' must be an integer, got {value!r}")
-        if value < minimum:
-            self.fail(f"'{name}' must be >= {minimum}, got {value}")
+            self.fail(f"'{name}' must be an integer, got {_shown(value)}")
+        if not minimum <= value <= maximum:
+            self.fail(f"'{name}' must be from {minimum} to {maximum}, got {_shown(value)}")
         return int(value)
 
-    def integer_list(self, name: str) -> list[int]:
+    def integer_list(self, name: str, maximum: int = MAX_TOKEN_ID) -> list[int]:
         value = self._required(name)
-        return self._check_integer_list(name, value)
+        return self._check_integer_list(name, value, maximum)
 
     def optional_integer_list(self, name: str) -> list[int] | None:
         value = self.row.get(name)
-        return None if value is None else self._check_integer_list(name, value)
+        return None if value is None else self._check_integer_list(name, value, MAX_TOKEN_ID)
 
-    def _check_integer_list(self, name: str, value: Any) -> list[int]:
+    def _check_integer_list(self, name: str, value: Any, maximum: int) -> list[int]:
         if not isinstance(value, list):
             self.fail(f"'{name}' must be a list of integers, got {type(value).__name__}")
         for position, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                self.fail(f"'{name}'[{position}] must be a non-negative integer, got {item!r}")
-            if item > MAX_TOKEN_ID:
-                self.fail(f"'{name}'[{position}] is {item}, above the largest id {MAX_TOKEN_ID}")
-        return value  # type: ignore[no-any-return]
+                self.fail(
+                    f"'{name}'[{position}] must be a non-negative integer, got {_shown(item)}"
+                )
+            if item > maximum:
+                self.fail(f"'{name}'[{position}] is {_shown(item)}, above the largest {maximum}")
+        return value
 
     def optional_string(self, name: str) -> str | None:
         value = self.row.get(name)
-        if value is not None and (not isinstance(value, str) or not value):
-            self.fail(f"'{name}' must be a non-empty string, got {value!r}")
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            self.fail(f"'{name}' must be a non-empty string, got {_shown(value)}")
+        if len(value) > MAX_LABEL_LENGTH:
+            self.fail(f"'{name}' is {len(value)} characters, more than {MAX_LABEL_LENGTH}")
+        if not value.isprintable():
+            self.fail(f"'{name}' holds a control or unprintable character: {_shown(value)}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"'{name}' is not valid Unicode (a lone surrogate): {_shown(value)}")
         return value
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: short, one line, safe for a terminal."""
+    text = (
+        ascii(value) if not isinstance(value, int) or value.bit_length() < 64 else "a huge integer"
+    )
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -22,7 +22,7 @@ BAD_LINES = {
     ),
     "negative_length": (
         '{"timestamp": 0, "input_length": 10, "output_length": -3, "hash_ids": [1]}',
-        "'output_length' must be >= 0, got -3",
+        "'output_length' must be from 0 to 16777216, got -3",
     ),
     "non_integer_token": (
         '{"timestamp": 0, "token_ids": [1, 2, "three"], "output_length": 1}',
