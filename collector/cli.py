@@ -15,6 +15,7 @@ from collector.commands import (
     advise,
     app,
     collect,
+    finish,
     generate,
     prompt_trace,
     replay,
@@ -24,7 +25,18 @@ from collector.commands import (
 )
 
 EXIT_BAD_INPUT = 2
-COMMANDS = (replay, summary, generate, collect, report, prompt_trace, whatif, advise, app)
+COMMANDS = (
+    replay,
+    summary,
+    generate,
+    collect,
+    finish,
+    report,
+    prompt_trace,
+    whatif,
+    advise,
+    app,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -69,8 +69,6 @@ class Receiver:
         allow_remote: bool = False,
         token: bytes | None = None,
     ) -> None:
-        if run_path.exists():
-            raise StoreError(f"{run_path}: already exists; kvscope does not overwrite runs")
         self.run_path = run_path
         self.endpoint = endpoint
         self.live_interval_s = live_interval_s
@@ -82,11 +80,17 @@ class Receiver:
         self._conflicts = HashConflictDetector()
         self._decoder = BatchDecoder()
         self._encoder = msgspec.msgpack.Encoder()
+        if run_path.exists():  # a run whose collector was killed: go on where it stopped
+            self.store = RunStore.resume(run_path)
+            for engine, next_seq in self.store.stream_positions().items():
+                self.stats.engines[engine] = _EngineStream(next_seq=next_seq)
+            for source in kv_event_sources:
+                source.resume_at(self.store.next_vllm_kv_batch())
         self._listener = Listener(endpoint, allow_remote=allow_remote, token=token)
         self._socket = self._listener.socket
         self._last_snapshot = time.monotonic()
         self._dirty = False
-        self._settings_from_engine = False
+        self._settings_from_engine = self.store is not None
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
         """Receive until `stop` is set (or nothing arrived for `idle_exit_s`), then finalize."""

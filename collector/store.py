@@ -129,6 +129,36 @@ class RunStore:
             raise StoreError(f"{path}: the run file is damaged: {damage}")
         return cls(connection, path)
 
+    @classmethod
+    def resume(cls, path: Path) -> RunStore:
+        """Open a run its collector never finished (killed) to write on; refuse a finished
+        one, as kvscope never overwrites runs."""
+        store = cls.open(path, read_only=False)
+        if store.finished:
+            store.close()
+            raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
+        return store
+
+    @property
+    def finished(self) -> bool:
+        return run_is_finished(self.connection)
+
+    def stream_positions(self) -> dict[tuple[str, int], int]:
+        """Per engine and DP rank: the record number after the last one stored."""
+        rows = self.connection.execute(
+            "SELECT engine_id, dp_rank, max(seq) + 1 FROM ("
+            " SELECT engine_id, dp_rank, seq FROM events"
+            " UNION ALL SELECT engine_id, dp_rank, seq FROM pool"
+            " UNION ALL SELECT engine_id, dp_rank, seq FROM collisions)"
+            " WHERE engine_id IS NOT NULL GROUP BY ALL"
+        ).fetchall()
+        return {(str(engine), int(rank or 0)): int(next_seq) for engine, rank, next_seq in rows}
+
+    def next_vllm_kv_batch(self) -> int:
+        """The number of the vLLM KV event batch after the last one stored."""
+        row = self.connection.execute("SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
     def update_config(self, config: RunConfig) -> None:
         """Replace the run's settings, keeping its id and start (and the options it had)."""
         row = self.connection.execute("SELECT options FROM runs").fetchone()
@@ -203,6 +233,12 @@ class RunStore:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def run_is_finished(connection: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the run was finalized (its collector or replay ended cleanly)."""
+    row = connection.execute("SELECT finished_at IS NOT NULL FROM runs").fetchone()
+    return bool(row and row[0])
 
 
 def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:

@@ -62,6 +62,10 @@ class VllmKvEventSubscriber:
         self._socket.setsockopt(zmq.SUBSCRIBE, self._topic)
         self._socket.connect(endpoint)
 
+    def resume_at(self, seq: int) -> None:
+        """Expect batch `seq` next: a run that already stored the ones before it."""
+        self._next_seq = seq
+
     @property
     def next_seq(self) -> int:
         """The sequence number of the next batch this subscriber will hand out."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from collector.store import StoreError, live_copy_path, open_readable
+from collector.store import StoreError, live_copy_path, open_readable, run_is_finished
 
 SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
 RUN_PATH_KEY = "run_path"
@@ -35,9 +35,10 @@ def current_run() -> Path:
 
 
 @st.cache_resource(max_entries=4)
-def _connection(path: str, versions: tuple[int, int]) -> duckdb.DuckDBPyConnection:
+def _connection(path: str, versions: tuple[int, int]) -> tuple[duckdb.DuckDBPyConnection, bool]:
     del versions  # part of the cache key: a new version of the file gets a fresh connection
-    return open_readable(Path(path))[0].connection
+    store, live = open_readable(Path(path))
+    return store.connection, live
 
 
 def _version(path: Path) -> int:
@@ -48,7 +49,13 @@ def connect(path: Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection to a run file, or to its live copy while it is being written
     (opened once per version of either)."""
     versions = (_version(path), _version(live_copy_path(path)))
-    return _connection(str(path), versions).cursor()
+    return _connection(str(path), versions)[0].cursor()
+
+
+def reading_live_copy(path: Path) -> bool:
+    """Whether `connect(path)` reads the live copy of a run being written."""
+    versions = (_version(path), _version(live_copy_path(path)))
+    return _connection(str(path), versions)[1]
 
 
 def runs_in_folder(folder: Path) -> list[Path]:
@@ -62,7 +69,15 @@ def open_current_run() -> duckdb.DuckDBPyConnection:
     """A connection to the chosen run; if it cannot be opened, says why and stops the page."""
     path = current_run()
     try:
-        return connect(path)
+        connection = connect(path)
     except (StoreError, OSError) as error:
         st.error(f"Cannot show this run. {error}")
         st.stop()
+    if not reading_live_copy(path) and not run_is_finished(connection):
+        st.warning(
+            f"{path.name} was not finished: its collector stopped without finalizing it "
+            "(killed?), so the figures built at the end (requests, rollups) may be missing "
+            f"or behind its events. `kvscope finish {path}` finishes it; "
+            f"`kvscope collect --db {path}` goes on recording into it."
+        )
+    return connection

@@ -1,0 +1,117 @@
+"""A collector killed with SIGKILL: restarted on its run file it goes on where it stopped, or
+`kvscope finish` finishes the file; nothing produced is lost without being counted; the app
+warns about a run that was never finished."""
+
+from __future__ import annotations
+
+import gc
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from collector.store import RunStore, live_copy_path
+from collector.summary import run_summary
+from tests.conftest import REPO
+from tests.engine import collector_process, drive, make_scheduler
+from tests.test_engine_loop import BLOCK_SIZE, capture_environment, workload
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
+__all__ = ["capture_environment"]  # the fixture, used by name
+
+
+def kill_mid_run(run: Path, endpoint: str, scheduler: object, rows: list[dict[str, object]]) -> int:
+    """Drive the first steps with a collector, kill it once it stored something; the number
+    of rows handed to the engine."""
+    capture = scheduler.kvscope_capture  # type: ignore[attr-defined]
+    with collector_process(run, endpoint) as process:
+        drive(scheduler, rows, per_step=3, stop_after=40)
+        deadline = time.monotonic() + 60
+        while capture.transport.num_delivered == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)  # a live copy exists too
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    return 40 * 3
+
+
+def stored_and_gaps(run: Path) -> tuple[int, int, int]:
+    """Records the file holds, the highest record number, and the drops it records."""
+    with duckdb.connect(str(run), read_only=True) as connection:
+        row = connection.execute(
+            "SELECT count(DISTINCT seq), max(seq) FROM ("
+            " SELECT seq FROM events WHERE kind <> 'drop'"
+            " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions)"
+        ).fetchone()
+        drops = connection.execute(
+            "SELECT coalesce(sum(num_lost), 0) FROM events WHERE kind = 'drop'"
+        ).fetchone()
+    assert row is not None and drops is not None
+    return int(row[0]), int(row[1]), int(drops[0])
+
+
+def test_a_killed_collector_restarted_on_its_file_goes_on(
+    tmp_path: Path, capture_environment: str
+) -> None:
+    run = tmp_path / "run.duckdb"
+    rows = workload()
+    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+    capture = scheduler.kvscope_capture
+    handed = kill_mid_run(run, capture_environment, scheduler, rows)
+    drive(scheduler, rows[handed : handed + 60], per_step=3)  # no collector now
+    with collector_process(run, capture_environment) as process:
+        drive(scheduler, rows[handed + 60 :], per_step=3)
+        scheduler.shutdown()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    hooks, transport = capture.hooks, capture.transport
+    stored, highest, recorded_drops = stored_and_gaps(run)
+    counted_lost = hooks.num_lost + transport.num_dropped
+    missing = hooks.num_records - stored
+    assert 0 <= missing <= counted_lost, "every record not stored is counted by the engine"
+    assert recorded_drops == highest + 1 - stored, "the file records each gap it holds"
+    assert highest == hooks.num_records - 1, "the engine's last records arrived after resuming"
+    store = RunStore.open(run)
+    summary = run_summary(store.connection)
+    assert store.finished and summary["requests"] == len(rows)
+    store.close()
+    assert not live_copy_path(run).exists()
+
+
+def test_kvscope_finish_finishes_a_killed_run_and_the_app_warns_until_then(
+    tmp_path: Path, capture_environment: str
+) -> None:
+    run = tmp_path / "run.duckdb"
+    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+    kill_mid_run(run, capture_environment, scheduler, workload())
+    scheduler.shutdown()
+    assert live_copy_path(run).exists(), "the killed collector left its live copy"
+
+    def overview_warnings() -> str:
+        app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
+        app.session_state["run_path"] = str(run)
+        app.run()
+        assert not app.exception, app.exception
+        st.cache_resource.clear()  # the app's read connection, so that `finish` may write
+        gc.collect()
+        return " ".join(warning.value for warning in app.warning)
+
+    assert "was not finished" in overview_warnings()
+    finish = [sys.executable, "-m", "collector.cli", "finish", str(run)]
+    result = subprocess.run(finish, cwd=REPO, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "finished:" in result.stdout
+    assert not live_copy_path(run).exists()
+    assert "was not finished" not in overview_warnings()
+    store = RunStore.open(run)
+    assert store.finished and run_summary(store.connection)["requests"] > 0
+    store.close()
+    again = subprocess.run(finish, cwd=REPO, capture_output=True, text=True, check=False)
+    assert again.returncode == 2 and "a finished run" in again.stderr
