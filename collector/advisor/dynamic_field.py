@@ -22,6 +22,7 @@ from collector.advisor.run_queries import mean_hit_tokens
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.block_stream import trace_block_stream
 from collector.mrc import miss_ratio_curve
+from collector.safe_text import code
 from collector.traces import TraceRequest
 
 WINDOW = 16
@@ -156,12 +157,12 @@ def _suggestion(
     per_request = shared // block_size * block_size - found.start // block_size * block_size
     return Suggestion(
         rule="dynamic-field",
-        title=f"`{label}` prompts carry a dynamic field at token {found.start}",
+        title=f"{code(label)} prompts carry a dynamic field at token {found.start}",
         severity=severity_for_gain(context.share(gain_tokens)),
         evidence=[
-            f"{len(members)} requests ({label}) agree on tokens 0-{found.start - 1}, then differ "
-            f"for {width} tokens ({found.start}-{found.end - 1}: {found.distinct_values} distinct "
-            "values, a timestamp or an id), then agree again for "
+            f"{len(members)} requests ({code(label)}) agree on tokens 0-{found.start - 1}, "
+            f"then differ for {width} tokens ({found.start}-{found.end - 1}: "
+            f"{found.distinct_values} distinct values, a timestamp or an id), then agree again for "
             f"{found.agreement} tokens ({found.end}-{found.end + found.agreement - 1})",
             f"they hit {hits_now:.0f} prompt tokens each on average; without the field "
             f"in front, each could reuse {shared // block_size * block_size} "
@@ -174,7 +175,7 @@ def _suggestion(
         ),
         action=(
             f"prompt change: move the {width}-token field at token {found.start} of the "
-            f"`{label}` prompts after the {found.agreement} shared tokens that follow it "
+            f"{code(label)} prompts after the {found.agreement} shared tokens that follow it "
             "(or drop it)"
         ),
         gain_tokens=gain_tokens,

@@ -15,7 +15,10 @@ from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.block_stream import RequestBlocks, trace_block_stream
 from collector.kv_memory import gib_for_blocks
+from collector.safe_text import code
 from collector.traces import TraceRequest
+
+BASE_MODEL = "(base model)"
 
 
 def _without_adapter(request: TraceRequest) -> Hashable:
@@ -43,7 +46,7 @@ def lora_split(context: RunContext) -> list[Suggestion]:
     gain = max(merged - now, 0.0)
     duplicate_gib = gib_for_blocks(context.spec, block_size, duplicates)
     adapter_names = sorted(
-        {name or "(base model)" for adapters in split.values() for name in adapters}
+        {code(name) if name else BASE_MODEL for adapters in split.values() for name in adapters}
     )
     return [
         Suggestion(
@@ -58,7 +61,7 @@ def lora_split(context: RunContext) -> list[Suggestion]:
                 f"one adapter ({', '.join(adapter_names)}): {duplicates:,} duplicate blocks "
                 f"({duplicate_gib:.2f} GiB) if all stay cached",
                 *[
-                    f"prefix family of {count} requests (e.g. {example}) runs under "
+                    f"prefix family of {count} requests (e.g. {code(example)}) runs under "
                     f"{', '.join(names)}"
                     for count, example, names in families[:3]
                 ],
@@ -104,7 +107,7 @@ def _split_families(
             (
                 len(members),
                 members[0].request_id,
-                sorted({member.lora or "(base model)" for member in members}),
+                sorted({code(member.lora) if member.lora else BASE_MODEL for member in members}),
             )
             for members in families.values()
         ),
@@ -120,6 +123,6 @@ def _requests_per_adapter(
     counts: dict[str, int] = defaultdict(int)
     for request, blocks in zip(requests, stream, strict=True):
         if blocks.keys and blocks.keys[0] in split:
-            counts[request.lora or "(base model)"] += 1
+            counts[request.lora or BASE_MODEL] += 1
     names = sorted(counts)
     return names, [float(counts[name]) for name in names]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collector.advisor.context import RunContext
 from collector.advisor.run_queries import cross_tenant_hits, salt_usage
 from collector.advisor.suggestion import Chart, NotApplicable, Series, Suggestion
+from collector.safe_text import code, shown
 from collector.traces import TraceRequest
 
 MIN_SALTED_REQUESTS = 5
@@ -92,7 +93,7 @@ def shared_across_tenants(context: RunContext) -> list[Suggestion]:
     blocks = int(shared["blocks"].sum())
     unsalted = shared[shared["salt_hash"].isna()]
     pairs = [
-        f"{row.reader} hit {row.blocks:,} blocks stored by {row.writer} "
+        f"{code(row.reader)} hit {row.blocks:,} blocks stored by {code(row.writer)} "
         f"({row.requests:,} requests, {'no salt' if row.salt_hash is None else 'a shared salt'})"
         for row in shared.head(5).itertuples()
     ]
@@ -131,7 +132,10 @@ def shared_across_tenants(context: RunContext) -> list[Suggestion]:
                     series=[
                         Series(
                             "block hits",
-                            [f"{row.reader} <- {row.writer}" for row in shared.itertuples()],
+                            [
+                                f"{shown(row.reader)} <- {shown(row.writer)}"
+                                for row in shared.itertuples()
+                            ],
                             shared["blocks"].astype(float).tolist(),
                         )
                     ],

@@ -18,6 +18,7 @@ from collector.advisor.context import RunContext
 from collector.advisor.dynamic_field import family_label
 from collector.advisor.run_queries import eviction_times, first_block_references
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.safe_text import code
 
 MIN_HITS = 5
 MIN_IDLE_MISSES = 2
@@ -148,7 +149,7 @@ def _plans(
 
 
 def _evidence_line(prefix: HotPrefix, survival_s: float) -> str:
-    owner = f" of tenant {prefix.tenant}" if prefix.tenant else ""
+    owner = f" of tenant {code(prefix.tenant)}" if prefix.tenant else ""
     stays = (
         f"idle, it stays cached {survival_s:.1f} s (median from last use to eviction)"
         if survival_s

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from collector import queries
+from collector.safe_text import shown
 from collector.store import RunStore
 from collector.summary import run_summary
 
@@ -117,5 +118,5 @@ def _tenant_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def tenant_label(row: dict[str, Any]) -> str:
     """`tenant`, or `tenant/adapter` for requests that ran with a LoRA adapter."""
-    tenant, lora = row["tenant"], row["lora"]
-    return str(tenant) if lora == NO_LORA else f"{tenant}/{lora}"
+    tenant, lora = shown(row["tenant"]), shown(row["lora"])
+    return tenant if row["lora"] == NO_LORA else f"{tenant}/{lora}"

@@ -7,6 +7,7 @@ from xml.etree import ElementTree
 from collector.report.checks import FAIL, SKIP
 from collector.report.comparison import Comparison
 from collector.report.formatting import describe
+from collector.safe_text import shown
 
 SUITE = "kvscope.prefix_cache"
 
@@ -30,19 +31,19 @@ def render_junit(comparison: Comparison) -> str:
         ("thresholds", comparison.thresholds_source),
         ("verdict", comparison.verdict),
     ):
-        ElementTree.SubElement(properties, "property", {"name": name, "value": value})
+        ElementTree.SubElement(properties, "property", {"name": name, "value": shown(value)})
     for check in checks:
         case = ElementTree.SubElement(
             suite, "testcase", {"classname": SUITE, "name": check.name, "time": "0"}
         )
-        sentence = describe(check)
+        sentence = shown(describe(check))
         if check.status == FAIL:
             failure = ElementTree.SubElement(
                 case, "failure", {"type": "regression", "message": sentence}
             )
             failure.text = sentence
         elif check.status == SKIP:
-            ElementTree.SubElement(case, "skipped", {"message": check.reason})
+            ElementTree.SubElement(case, "skipped", {"message": shown(check.reason)})
         else:
             ElementTree.SubElement(case, "system-out").text = sentence
     ElementTree.indent(root)

@@ -8,6 +8,7 @@ from collector.report.checks import FAIL, PASS, Check
 from collector.report.comparison import Comparison
 from collector.report.figures import RunFigures
 from collector.report.formatting import format_change, format_limit, format_value
+from collector.safe_text import code, shown
 
 # A workflow finds its earlier comment by this line and edits it instead of adding another.
 MARKER = "<!-- kvscope-report -->"
@@ -107,15 +108,16 @@ def _run_cells(run: RunFigures) -> list[str]:
 
 def _code(text: str) -> str:
     """Text as a code span inside a table cell."""
-    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+    return code(text)
+
+
+# What lets text leave its cell (pipes), become a link or an image (brackets, parentheses,
+# bangs), HTML (angle brackets, ampersands) or code (backticks); emphasis is left alone.
+_MARKDOWN = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{mark: "\\" + mark for mark in "`[]()!|"}}
+)
 
 
 def _escape(text: str) -> str:
-    """Text safe inside a table cell: no pipes, no line breaks, no raw HTML."""
-    return (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("|", "\\|")
-        .replace("\n", " ")
-    )
+    """Text safe inside a table cell: one line, no pipes, no raw HTML, no links or images."""
+    return shown(text).translate(_MARKDOWN)
