@@ -134,6 +134,7 @@ class KVCacheHooks:
     def on_arrive(self, request: Any, tenant: str | None = None) -> None:
         """Record a request reaching the engine, with what the engine knows of it."""
         lora = request.lora_request.lora_name if request.lora_request else None
+        lora = self._pseudonymizer.lora(lora)
         token_ids = list(request.prompt_token_ids) if self.record_token_ids else None
         record = Arrive(
             self._next_seq(),
@@ -230,6 +231,7 @@ class KVCacheHooks:
             if not manager.prefix_cache_lookup_enabled(request):
                 return
             lora = request.lora_request.lora_name if request.lora_request else None
+            lora = self._pseudonymizer.lora(lora)
             record = Lookup(
                 self._next_seq(),
                 self._clock(),

@@ -47,6 +47,7 @@ class Pseudonymizer:
     def __init__(self, secret: bytes, reveal_tenants: bool = False) -> None:
         self._secret = secret
         self.reveal_tenants = reveal_tenants
+        self._loras: dict[str, str] = {}  # one HMAC per adapter, not one per request
 
     def _digest(self, domain: str, value: str) -> str:
         message = f"{domain}\x00{value}".encode()
@@ -57,6 +58,16 @@ class Pseudonymizer:
         if name is None:
             return None
         return name if self.reveal_tenants else f"tenant-{self._digest('tenant', name)}"
+
+    def lora(self, name: str | None) -> str | None:
+        """The LoRA adapter as stored: its name if the user opted in (adapter names often
+        name a customer), else `lora-<hmac>`, the same for the same name."""
+        if name is None or self.reveal_tenants:
+            return name
+        label = self._loras.get(name)
+        if label is None:
+            label = self._loras[name] = f"lora-{self._digest('lora', name)}"
+        return label
 
     def salt(self, salt: str | None) -> str | None:
         """A keyed hash of a cache salt; the salt itself is never stored."""

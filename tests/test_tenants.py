@@ -10,6 +10,8 @@ import pytest
 
 from collector import tenants
 from collector.time_window import time_grid
+from engine_hooks.privacy import Pseudonymizer
+from tests.conftest import SECRET
 from tests.helpers import tiny_run
 from tests.runs import shared_prefix_run
 
@@ -100,3 +102,30 @@ def test_adapters_do_not_share(tmp_path: Path) -> None:
         {"tenant": "x", "lora": "(none)", "hit_tokens": 0, "blocks_stored": 2},
         {"tenant": "y", "lora": "y-adapter", "hit_tokens": 0, "blocks_stored": 2},
     ]
+
+
+@pytest.mark.parametrize("reveal", [False, True], ids=["private", "revealed"])
+def test_tenant_and_adapter_names_are_pseudonyms_unless_revealed(
+    tmp_path: Path, reveal: bool
+) -> None:
+    rows = [
+        {
+            "timestamp": index,
+            "token_ids": [1, 2, 3, 4, 5],
+            "output_length": 1,
+            "tenant": "acme",
+            "lora": "acme-finetune" if index % 2 else None,
+        }
+        for index in range(4)
+    ]
+    run = tiny_run(tmp_path, rows, reveal_tenants=reveal, num_blocks=20)
+    with duckdb.connect(str(run), read_only=True) as connection:
+        labels = connection.execute(
+            "SELECT DISTINCT tenant, lora FROM requests ORDER BY lora NULLS FIRST"
+        ).fetchall()
+    names = Pseudonymizer(SECRET, reveal_tenants=reveal)
+    assert labels == [
+        (names.tenant("acme"), None),
+        (names.tenant("acme"), names.lora("acme-finetune")),
+    ]
+    assert ("acme" in str(labels)) == reveal

@@ -38,7 +38,9 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         "--record-token-ids", action="store_true", help="store prompt token ids (private!)"
     )
     parser.add_argument(
-        "--reveal-tenants", action="store_true", help="store tenant names, not pseudonyms"
+        "--reveal-tenants",
+        action="store_true",
+        help="store tenant and LoRA adapter names, not pseudonyms",
     )
     parser.add_argument(
         "--check-collisions",
