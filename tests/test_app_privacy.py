@@ -1,5 +1,5 @@
-"""The app is served on 127.0.0.1 without usage statistics from any working folder
-(`kvscope app`), and a Streamlit server started otherwise shows no run at all."""
+"""The app listens on 127.0.0.1 only, from any working folder: `streamlit run` of the app's
+path (its settings sit beside the script, where Streamlit reads them) and `kvscope app`."""
 
 from __future__ import annotations
 
@@ -7,43 +7,16 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO, SAMPLE_RUN
 from tests.vllm_server import free_port
 
-APP_TEST = f"""
-from streamlit.testing.v1 import AppTest
-app = AppTest.from_file({str(REPO / "visualizer" / "app.py")!r}, default_timeout=120)
-app.session_state["run_path"] = {str(SAMPLE_RUN)!r}
-app.run()
-assert not app.exception, app.exception
-print("metrics:", len(app.metric))
-print("errors:", " ".join(error.value for error in app.error))
-"""
-
-
-def app_in(folder: Path) -> str:
-    """The overview as AppTest renders it with `folder` as the working folder (every other
-    app test runs from the checkout, where it shows the run)."""
-    result = subprocess.run(
-        [sys.executable, "-c", APP_TEST],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    return result.stdout
-
-
-def test_started_outside_the_checkout_the_app_shows_no_run(tmp_path: Path) -> None:
-    output = app_in(tmp_path)
-    assert "metrics: 0" in output
-    assert "listens on every network interface or sends usage statistics" in output
-    assert "kvscope app" in output
+APP = REPO / "visualizer" / "app.py"
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -58,20 +31,10 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_kvscope_app_listens_on_loopback_only_from_any_folder(tmp_path: Path) -> None:
-    port = free_port()
+def serving_addresses(command: list[str], folder: Path, port: int) -> set[str]:
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "collector.cli",
-            "app",
-            "--port",
-            str(port),
-            "--db",
-            str(SAMPLE_RUN),
-        ],
-        cwd=tmp_path,
+        command,
+        cwd=folder,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -85,7 +48,24 @@ def test_kvscope_app_listens_on_loopback_only_from_any_folder(tmp_path: Path) ->
             except OSError:
                 assert time.monotonic() < deadline and process.poll() is None, "no app"
                 time.sleep(0.5)
-        assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and nothing else
+        return listening_addresses(port)
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+@pytest.mark.parametrize("how", ["streamlit run", "kvscope app"])
+def test_the_app_listens_on_loopback_only_from_any_folder(tmp_path: Path, how: str) -> None:
+    port = free_port()
+    if how == "streamlit run":
+        command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port)]
+    else:
+        command = [sys.executable, "-m", "collector.cli", "app", "--port", str(port)]
+        command += ["--db", str(SAMPLE_RUN)]
+    assert serving_addresses(command, tmp_path, port) == {"0100007F"}  # 127.0.0.1 alone
+
+
+def test_the_apps_settings_send_no_usage_statistics() -> None:
+    settings = tomllib.loads((APP.parent / ".streamlit" / "config.toml").read_text())
+    assert settings["server"]["address"] == "127.0.0.1"
+    assert settings["browser"]["gatherUsageStats"] is False

@@ -1,8 +1,11 @@
-"""kvscope's app: `streamlit run visualizer/app.py [-- --db RUN.duckdb]`."""
+"""kvscope's app: `streamlit run visualizer/app.py [-- --db RUN.duckdb]`, or `kvscope app`.
+
+Its settings (127.0.0.1 only, no usage statistics) are in `visualizer/.streamlit/config.toml`,
+beside this script, where Streamlit reads them whatever the working folder.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import duckdb
@@ -12,28 +15,10 @@ from visualizer import live_refresh
 from visualizer.run_source import current_run
 
 PAGES = Path(__file__).parent / "views"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def served_privately() -> bool:
-    """Whether Streamlit listens on the loopback network only and sends no usage statistics
-    (or the user asked for another address with KVSCOPE_APP_ALLOW_REMOTE=1)."""
-    address = st.get_option("server.address")
-    local = address in LOOPBACK or os.environ.get("KVSCOPE_APP_ALLOW_REMOTE") == "1"
-    return local and not st.get_option("browser.gatherUsageStats")
 
 
 def main() -> None:
     st.set_page_config(page_title="kvscope", layout="wide")
-    if not served_privately():
-        st.error(
-            "kvscope shows nothing here: this Streamlit server listens on every network "
-            "interface or sends usage statistics (started outside kvscope's folder, it does not "
-            "read kvscope's .streamlit/config.toml). Start the app with `kvscope app "
-            "[--db RUN]`, from any folder. To serve other machines on purpose, set "
-            "KVSCOPE_APP_ALLOW_REMOTE=1 and pass --server.address yourself."
-        )
-        st.stop()
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", default=True),
         st.Page(PAGES / "hotspots.py", title="Hotspots"),
