@@ -25,7 +25,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.store import live_copy_path
+from collector.store import RunStore, live_copy_path
 from collector.summary import run_summary
 from engine_hooks.privacy import Pseudonymizer
 from tests.conftest import REPO, SECRET
@@ -113,21 +113,29 @@ def send_all(server: VllmServer, jobs: list[dict[str, Any]], concurrency: int) -
         return list(pool.map(lambda job: server.complete(**job), jobs))
 
 
+def live_copy_requests(run: Path) -> int:
+    """Requests in the run's live copy, read directly (0 while there is none)."""
+    if not live_copy_path(run).is_file():
+        return 0
+    store = RunStore.open(live_copy_path(run))
+    try:
+        return int(run_summary(store.connection)["requests"])
+    finally:
+        store.close()
+
+
 def open_live_view(run: Path, expected_requests: int) -> str:
-    """The Overview's "Requests" while the collector still writes the run (its live copy)."""
-    deadline = time.monotonic() + 60
-    value = ""
-    while time.monotonic() < deadline:
-        if live_copy_path(run).is_file():
-            app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-            app.session_state["run_path"] = str(run)
-            app.run()
-            assert not app.exception, app.exception
-            value = {metric.label: metric.value for metric in app.metric}["Requests"]
-            if value == f"{expected_requests:,}":
-                break
-        time.sleep(1)
-    return value
+    """The Overview's "Requests" while the collector still writes the run, once its live copy
+    holds every request sent so far."""
+    deadline = time.monotonic() + 120
+    while live_copy_requests(run) < expected_requests:
+        assert time.monotonic() < deadline, f"the live copy lags: {live_copy_requests(run)}"
+        time.sleep(0.5)
+    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
+    app.session_state["run_path"] = str(run)
+    app.run()
+    assert not app.exception, app.exception
+    return str({metric.label: metric.value for metric in app.metric}["Requests"])
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,7 @@ def collected_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         batches = receive(subscriber, len(source.published))
         run = events_run(path, SETTINGS)
         append_vllm_batches(run, batches, subscriber.take_gaps(), HashConflictDetector())
+    run.finalize()  # as the collector does when it stops
     run.close()
     return path
 
@@ -68,6 +69,7 @@ def troubled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     gap = Gap("ipc://test", 0, 0, 1, 2, NOT_IN_BUFFER, 0)
     batches = [received(0, stored(H, [1, 2, 3, 4])), received(3, stored(H, [5, 6, 7, 8]))]
     append_vllm_batches(run, batches, [gap], HashConflictDetector())
+    run.finalize()  # as the collector does when it stops
     run.close()
     return path
 
