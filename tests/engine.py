@@ -181,3 +181,28 @@ def collector_process(
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
+
+
+def stored_record_numbers(run: Path) -> list[int]:
+    """Every record number a run file holds, in order (drop rows are the collector's)."""
+    import duckdb
+
+    with duckdb.connect(str(run), read_only=True) as connection:
+        rows = connection.execute(
+            "SELECT DISTINCT seq FROM ("
+            " SELECT seq FROM events WHERE kind <> 'drop'"
+            " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions) ORDER BY seq"
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def recorded_drops(run: Path) -> int:
+    """The records a run file says are missing (its drop rows)."""
+    import duckdb
+
+    with duckdb.connect(str(run), read_only=True) as connection:
+        row = connection.execute(
+            "SELECT coalesce(sum(num_lost), 0) FROM events WHERE kind = 'drop'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

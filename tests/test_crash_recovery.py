@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -19,7 +18,13 @@ from streamlit.testing.v1 import AppTest
 from collector.store import RunStore, live_copy_path
 from collector.summary import run_summary
 from tests.conftest import REPO
-from tests.engine import collector_process, drive, make_scheduler
+from tests.engine import (
+    collector_process,
+    drive,
+    make_scheduler,
+    recorded_drops,
+    stored_record_numbers,
+)
 from tests.test_engine_loop import BLOCK_SIZE, capture_environment, workload
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -44,17 +49,8 @@ def kill_mid_run(run: Path, endpoint: str, scheduler: object, rows: list[dict[st
 
 def stored_and_gaps(run: Path) -> tuple[int, int, int]:
     """Records the file holds, the highest record number, and the drops it records."""
-    with duckdb.connect(str(run), read_only=True) as connection:
-        row = connection.execute(
-            "SELECT count(DISTINCT seq), max(seq) FROM ("
-            " SELECT seq FROM events WHERE kind <> 'drop'"
-            " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions)"
-        ).fetchone()
-        drops = connection.execute(
-            "SELECT coalesce(sum(num_lost), 0) FROM events WHERE kind = 'drop'"
-        ).fetchone()
-    assert row is not None and drops is not None
-    return int(row[0]), int(row[1]), int(drops[0])
+    numbers = stored_record_numbers(run)
+    return len(numbers), numbers[-1], recorded_drops(run)
 
 
 def test_a_killed_collector_restarted_on_its_file_goes_on(

@@ -14,7 +14,7 @@ import pytest
 from collector.store import RunStore
 from collector.summary import run_summary
 from collector.workload import WorkloadShape, generate
-from tests.engine import collector_process, drive, make_scheduler
+from tests.engine import collector_process, drive, make_scheduler, stored_record_numbers
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -41,14 +41,9 @@ def workload() -> list[dict[str, Any]]:
 
 
 def stored_seqs(run: Path) -> tuple[int, int]:
-    with duckdb.connect(str(run), read_only=True) as connection:
-        row = connection.execute(
-            "SELECT count(DISTINCT seq), coalesce(max(seq), -1) FROM ("
-            " SELECT seq FROM events WHERE kind <> 'drop'"
-            " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions)"
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
+    """How many records the run file holds, and the highest record number (-1: none)."""
+    numbers = stored_record_numbers(run)
+    return len(numbers), numbers[-1] if numbers else -1
 
 
 def test_every_event_reaches_duckdb_through_the_collector(

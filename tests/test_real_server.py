@@ -29,7 +29,7 @@ from collector.store import RunStore, live_copy_path
 from collector.summary import run_summary
 from engine_hooks.privacy import Pseudonymizer
 from tests.conftest import REPO, SECRET
-from tests.engine import collector_process
+from tests.engine import collector_process, recorded_drops, stored_record_numbers
 from tests.vllm_server import (
     CAPTURE_SUMMARY,
     NUM_BLOCKS,
@@ -73,26 +73,6 @@ def capture_summaries(log: str) -> list[CaptureSummary]:
     return [
         CaptureSummary(match[0], *map(int, match[1:])) for match in re.findall(CAPTURE_SUMMARY, log)
     ]
-
-
-def received_seqs(run: Path) -> list[int]:
-    """Every record number a run file holds (drop rows are the collector's, not records)."""
-    with duckdb.connect(str(run), read_only=True) as connection:
-        rows = connection.execute(
-            "SELECT DISTINCT seq FROM ("
-            " SELECT seq FROM events WHERE kind <> 'drop'"
-            " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions) ORDER BY seq"
-        ).fetchall()
-    return [int(row[0]) for row in rows]
-
-
-def recorded_drops(run: Path) -> int:
-    with duckdb.connect(str(run), read_only=True) as connection:
-        row = connection.execute(
-            "SELECT coalesce(sum(num_lost), 0) FROM events WHERE kind = 'drop'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @dataclass
@@ -299,7 +279,7 @@ def test_sigterm_flushes_every_record_before_the_engine_exits(served: ServedRun)
     (summary,) = capture_summaries(served.server_log)
     assert summary.dropped == summary.lost == 0
     assert summary.delivered == summary.records
-    assert received_seqs(served.run) == list(range(summary.records))
+    assert stored_record_numbers(served.run) == list(range(summary.records))
 
 
 def test_the_app_follows_the_live_run_while_the_server_runs(served: ServedRun) -> None:
@@ -335,7 +315,7 @@ def test_a_late_and_a_restarted_collector_lose_only_what_they_count(
     finally:
         server.stop(signal.SIGINT)
     (summary,) = capture_summaries(server.log())
-    first, second = (set(received_seqs(run)) for run in runs)
+    first, second = (set(stored_record_numbers(run)) for run in runs)
     assert not first & second
     assert summary.dropped + summary.lost > 0, "the engine ran without a collector"
     assert summary.delivered == len(first) + len(second)
@@ -385,4 +365,4 @@ def test_offline_llm_burst_at_start_drops_nothing(model: str, tmp_path: Path) ->
     with duckdb.connect(str(run), read_only=True) as connection:
         figures = run_summary(connection)
     assert figures["requests"] == 300 and figures["dropped_events"] == 0
-    assert received_seqs(run) == list(range(summary.records))
+    assert stored_record_numbers(run) == list(range(summary.records))
