@@ -97,7 +97,7 @@ def test_every_page_says_it_cannot_show_the_run(damaged: tuple[Path, str]) -> No
     app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
     app.session_state["run_path"] = str(path)
     app.run()
-    for page in PAGES:
+    for page in [*PAGES, "views/vllm_kv_events.py"]:
         app.switch_page(page)
         app.run()
         assert not app.exception, (page, app.exception)
