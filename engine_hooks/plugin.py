@@ -6,9 +6,10 @@ transport counters), for operators who want to look inside a running engine.
 vLLM calls `register()` in every process it starts. With KVSCOPE_CAPTURE unset or 0 it
 returns at once and changes nothing. With capture on, it wraps `Scheduler.__init__` so that
 the engine-core process, right after building its scheduler, attaches kvscope's hooks to
-that scheduler's KV cache manager and starts the transport to `kvscope collect`. Anything
-unexpected (an unsupported vLLM version, an unsupported KV cache layout, a bad setting) is
-logged as one error line and the engine runs on without capture.
+that scheduler's KV cache manager and starts the transport to `kvscope collect`; and it gives
+the engine-core process time to flush its last records when vLLM shuts it down (below).
+Anything unexpected (an unsupported vLLM version, an unsupported KV cache layout, a bad
+setting) is logged as one error line and the engine runs on without capture.
 """
 
 from __future__ import annotations

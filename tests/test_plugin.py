@@ -63,3 +63,31 @@ def test_a_bad_setting_is_one_clear_log_line() -> None:
     assert outcome == "untouched"
     assert len(lines) == 1
     assert "capture disabled: KVSCOPE_ENDPOINT='http://nope'" in lines[0]
+
+
+SHUTDOWN_PROBE = """
+from engine_hooks.plugin import register
+register()
+from vllm.v1.engine.utils import get_engine_process_shutdown_timeout as timeout
+# vLLM's default (abort at once, no process grace), then a drain timeout the user set
+print(timeout(0, 0), timeout(30, 12.5))
+"""
+
+
+def test_capture_gives_the_engine_core_time_to_flush_at_shutdown() -> None:
+    def timeouts(environment: dict[str, str]) -> str:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("KVSCOPE_")}
+        env.update(environment, PYTHONPATH=str(REPO))
+        result = subprocess.run(
+            [sys.executable, "-c", SHUTDOWN_PROBE],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            cwd=REPO,
+        )
+        return result.stdout.splitlines()[-1]
+
+    assert timeouts({}) == "0 12.5"  # capture off: vLLM's own behaviour
+    on = {"KVSCOPE_CAPTURE": "1", "KVSCOPE_FLUSH_TIMEOUT_S": "3"}
+    assert timeouts(on) == "8.0 12.5"  # the flush timeout + 5 s; a drain timeout untouched
