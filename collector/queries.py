@@ -6,11 +6,13 @@ clock) and live runs (the engine's monotonic clock) read the same way.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import duckdb
 import pandas as pd
 
+from collector.safe_text import shown
 from collector.time_window import TimeWindow
 
 
@@ -22,6 +24,19 @@ def run_config(connection: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     if row is None:
         raise LookupError("the run file has no runs row")
     return dict(zip(names, row, strict=True))
+
+
+def describe_source(config: dict[str, Any]) -> str:
+    """Where a run's records came from, as a phrase: "replay of TRACE", "live capture of
+    engine host:123", "vLLM KV events from tcp://..."."""
+    options = config.get("options") or {}
+    if isinstance(options, str):
+        options = json.loads(options)
+    if config["source"] == "engine":
+        return f"live capture of engine {shown(options.get('engine_id') or '?')}"
+    if config["source"] == "vllm-kv-events":
+        return f"vLLM KV events from {shown(options.get('endpoint') or '?')}"
+    return f"{config['source']} of {shown(config['trace'])}"
 
 
 def time_span_ns(connection: duckdb.DuckDBPyConnection) -> tuple[int, int]:

@@ -6,13 +6,14 @@ from typing import Any
 
 from collector.advisor.context import RunContext
 from collector.advisor.ranking import Advice
+from collector.queries import describe_source
 
 
 def run_line(context: RunContext) -> str:
     """One line saying which run the advice is about."""
     config, summary = context.config, context.summary
     return (
-        f"{config['source']} of {config['trace'] or 'a live engine'}: block size "
+        f"{describe_source(config)}: block size "
         f"{context.block_size}, {context.num_blocks:,} blocks, {config['hash_algo']}, "
         f"vLLM {config['vllm_version']}; {summary['requests']:,} requests, token hit ratio "
         f"{summary['token_hit_ratio']:.1%}"

@@ -23,7 +23,7 @@ def render() -> None:
     config = queries.run_config(connection)
     st.title("Overview")
     st.caption(
-        f"{path.name}: {config['source']} of {config['trace'] or 'a live engine'}, "
+        f"{path.name}: {queries.describe_source(config)}, "
         f"block size {config['block_size']}, {config['num_blocks']:,} blocks, "
         f"{config['hash_algo']}, vLLM {config['vllm_version']}. "
         f"Showing {window_caption(window, connection)}."
