@@ -21,6 +21,9 @@ from collector.vllm_kv_wire import Gap, ReceivedBatch, decode_batch
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 RECEIVE_HIGH_WATER_MARK = 100_000  # vLLM's PUB side keeps as many; the default 1,000 drops
+MAX_MESSAGE_BYTES = 256 << 20  # ZMQ cuts off a larger frame before anything is decoded
+SEQ_BYTES = 8
+MAX_SEQ = 2**63 - 1
 
 NO_REPLAY_ENDPOINT = "no replay endpoint was given"
 NOT_IN_BUFFER = "no longer in vLLM's replay buffer"
@@ -59,6 +62,7 @@ class VllmKvEventSubscriber:
         self._socket = self._context.socket(zmq.SUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVHWM, RECEIVE_HIGH_WATER_MARK)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self._socket.setsockopt(zmq.SUBSCRIBE, self._topic)
         self._socket.connect(endpoint)
 
@@ -125,10 +129,12 @@ class VllmKvEventSubscriber:
     # -- live messages --------------------------------------------------------------
 
     def _on_live_message(self, frames: list[bytes]) -> list[ReceivedBatch]:
-        if len(frames) != 3 or frames[0] != self._topic:
+        if len(frames) != 3 or frames[0] != self._topic or len(frames[1]) != SEQ_BYTES:
             return []  # another topic sharing our prefix, or not vLLM's message shape
         _, seq_bytes, payload = frames
         seq = int.from_bytes(seq_bytes, "big")
+        if seq > MAX_SEQ:
+            return []  # not a number vLLM's publisher reaches (or a run file can hold)
         if self._last_live_seq is not None and seq <= self._last_live_seq:
             # One PUB socket's numbers only rise: the engine restarted and counts from 0.
             self.epoch += 1
@@ -200,6 +206,7 @@ class VllmKvEventSubscriber:
         replies: list[tuple[int, bytes]] = []
         dealer = self._context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         try:
             dealer.connect(self.replay_endpoint)
             dealer.send_multipart([b"", first_seq.to_bytes(8, "big")])
@@ -214,8 +221,9 @@ class VllmKvEventSubscriber:
                 _, topic, seq_bytes, payload = frames
                 if seq_bytes == END_SEQ:
                     return replies, True
-                if topic == self._topic:
-                    replies.append((int.from_bytes(seq_bytes, "big"), payload))
+                seq = int.from_bytes(seq_bytes, "big")
+                if topic == self._topic and len(seq_bytes) == SEQ_BYTES and seq <= MAX_SEQ:
+                    replies.append((seq, payload))
         finally:
             dealer.close(linger=0)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -275,3 +276,37 @@ def test_an_event_type_this_kvscope_does_not_know_is_recorded_as_lost(sockets: P
     assert [(gap.first_seq, gap.last_seq) for gap in gaps] == [(1, 1)]
     assert gaps[0].reason.startswith(UNDECODABLE)
     assert "BlockPinned" in gaps[0].reason
+
+
+def test_malformed_messages_are_ignored_and_a_good_one_still_arrives(sockets: Path) -> None:
+    """What arrives on the SUB socket is untrusted: a sequence number of the wrong width or
+    past what a run file holds, or the wrong frames, is ignored; nothing crashes."""
+    import msgspec
+    import zmq
+    from vllm.distributed.kv_events import KVEventBatch
+
+    endpoint = f"ipc://{sockets}/forged.ipc"
+    payload = msgspec.msgpack.encode(KVEventBatch(ts=1.0, events=[]))
+    context = zmq.Context()
+    publisher = context.socket(zmq.PUB)
+    publisher.bind(endpoint)
+    try:
+        with VllmKvEventSubscriber(endpoint, None, "kv") as subscriber:
+            forged = [
+                [b"kv", (0).to_bytes(9, "big"), payload],  # nine bytes of sequence number
+                [b"kv", (2**64 - 1).to_bytes(8, "big"), payload],  # past BIGINT
+                [b"kv", payload],  # two frames
+                [b"kv", (0).to_bytes(8, "big"), payload, b"extra"],  # four
+            ]
+            received: list[ReceivedBatch] = []
+            deadline = time.monotonic() + 30
+            while not received and time.monotonic() < deadline:
+                for frames in forged:
+                    publisher.send_multipart(frames)
+                publisher.send_multipart([b"kv", (0).to_bytes(8, "big"), payload])
+                received = subscriber.poll(200)
+            assert seqs(received) == [0]
+            assert subscriber.take_gaps() == []
+    finally:
+        publisher.close(linger=0)
+        context.term()
