@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -206,3 +208,35 @@ def recorded_drops(run: Path) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out")
+        time.sleep(0.1)
+
+
+def replay_to_collector(endpoint: str, num_requests: int, engine_id: str) -> tuple[Any, Any]:
+    """The sample trace's first requests through vLLM's real manager, hooks attached, shipped
+    by a transport to `endpoint`; returns (hooks, transport) once all is delivered."""
+    from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+    from collector.simulator import Simulator, VirtualClock
+    from collector.traces import read_trace
+    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+    from engine_hooks.transport import Transport
+    from tests.conftest import SAMPLE_TRACE
+
+    settings = CacheSettings(16, 2_000)
+    manager = make_kv_cache_manager(settings)
+    buffer = EventBuffer()
+    clock = VirtualClock()
+    hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"k"), clock=clock)
+    hooks.attach()
+    config = {"block_size": 16, "num_blocks": 2_000, "hash_algo": "sha256", "vllm_version": "0"}
+    transport = Transport(buffer, endpoint, engine_id=engine_id, config=config).start()
+    simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), lambda: None)
+    simulator.run_sequential(read_trace(SAMPLE_TRACE)[:num_requests], lambda _: None)
+    wait_for(lambda: transport.num_delivered == hooks.num_records)
+    return hooks, transport

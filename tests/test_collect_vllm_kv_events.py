@@ -94,7 +94,7 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
     from collector.block_manager import make_kv_cache_manager
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
-    from tests.test_live_view import wait_for
+    from tests.engine import wait_for
 
     with socket_directory() as directory, zmq_publisher(directory) as publisher:
         run, hooks_endpoint = directory / "run.duckdb", f"ipc://{directory}/hooks"

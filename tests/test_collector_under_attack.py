@@ -12,15 +12,9 @@ import duckdb
 import msgspec
 import zmq
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.simulator import Simulator, VirtualClock
-from collector.traces import read_trace
-from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Allocate, Arrive, Evict, Free, Hit, Pool, Store
-from engine_hooks.transport import MAX_FRAME_BYTES, BatchHeader, EngineSettings, Transport
-from tests.conftest import SAMPLE_TRACE
-from tests.engine import collector_process
-from tests.test_live_view import wait_for
+from engine_hooks.transport import MAX_FRAME_BYTES, BatchHeader, EngineSettings
+from tests.engine import collector_process, replay_to_collector
 
 SETTINGS = EngineSettings(block_size=16, num_blocks=2_000, hash_algo="sha256", vllm_version="0")
 HASH = b"\x07" * 32
@@ -98,17 +92,7 @@ def test_collector_survives_a_thousand_bad_messages_and_stores_a_real_engine(
         attacker.close(linger=10_000)
         assert process.poll() is None, "the collector kept running"
 
-        settings = CacheSettings(16, 2_000)
-        manager = make_kv_cache_manager(settings)
-        buffer = EventBuffer()
-        clock = VirtualClock()
-        hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"k"), clock=clock)
-        hooks.attach()
-        config = {"block_size": 16, "num_blocks": 2_000, "hash_algo": "sha256", "vllm_version": "0"}
-        transport = Transport(buffer, endpoint, engine_id="real", config=config).start()
-        simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), lambda: None)
-        simulator.run_sequential(read_trace(SAMPLE_TRACE)[:60], lambda _: None)
-        wait_for(lambda: transport.num_delivered == hooks.num_records)
+        hooks, transport = replay_to_collector(endpoint, 60, engine_id="real")
         transport.stop()
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=120)

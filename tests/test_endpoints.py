@@ -20,8 +20,7 @@ from engine_hooks.endpoint import EndpointError
 from engine_hooks.events import Pool
 from engine_hooks.transport import Transport
 from tests.conftest import REPO
-from tests.engine import collector_process
-from tests.test_live_view import wait_for
+from tests.engine import collector_process, wait_for
 from tests.vllm_server import free_port
 
 CONFIG = {"block_size": 16, "num_blocks": 100, "hash_algo": "sha256", "vllm_version": "0"}

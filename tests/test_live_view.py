@@ -3,53 +3,23 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.simulator import Simulator, VirtualClock
 from collector.store import RunBeingWritten, RunStore, live_copy_path
-from collector.traces import read_trace
-from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-from engine_hooks.transport import Transport
-from tests.conftest import REPO, SAMPLE_TRACE
-from tests.engine import collector_process
+from tests.conftest import REPO
+from tests.engine import collector_process, replay_to_collector, wait_for
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
-
-
-def wait_for(condition: object, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail("timed out")
-        time.sleep(0.1)
 
 
 def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> None:
     run = tmp_path / "live.duckdb"
     endpoint = f"ipc://{tmp_path}/collect.ipc"
     with collector_process(run, endpoint) as process:
-        settings = CacheSettings(16, 2_000)
-        manager = make_kv_cache_manager(settings)
-        buffer = EventBuffer()
-        clock = VirtualClock()
-        hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"k"), clock=clock)
-        hooks.attach()
-        config = {
-            "block_size": 16,
-            "num_blocks": 2_000,
-            "hash_algo": "sha256",
-            "vllm_version": "0.33.0",
-            "model": "replayed",
-        }
-        transport = Transport(buffer, endpoint, engine_id="test", config=config).start()
-        simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), lambda: None)
-        simulator.run_sequential(read_trace(SAMPLE_TRACE)[:120], lambda _: None)
-        wait_for(lambda: transport.num_delivered == hooks.num_records)
+        hooks, transport = replay_to_collector(endpoint, 120, engine_id="test")
         wait_for(live_copy_path(run).is_file)
 
         with pytest.raises(RunBeingWritten, match="another process is writing this run"):
