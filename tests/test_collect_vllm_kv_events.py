@@ -94,24 +94,19 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
     from collector.block_manager import make_kv_cache_manager
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
-    from tests.engine import wait_for
+    from tests.engine import collector_process, wait_for
 
-    with socket_directory() as directory, zmq_publisher(directory) as publisher:
+    with (
+        socket_directory() as directory,
+        zmq_publisher(directory) as publisher,
+        collector_process(
+            directory / "run.duckdb",
+            f"ipc://{directory}/hooks",
+            *("--live-interval", "0.2", "--vllm-kv-topic", TOPIC),
+            *("--vllm-kv-events", f"ipc://{directory}/events"),
+        ) as process,
+    ):
         run, hooks_endpoint = directory / "run.duckdb", f"ipc://{directory}/hooks"
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "collector.cli", "collect", "--db", str(run)),
-                *("--endpoint", hooks_endpoint, "--live-interval", "0.2"),
-                *("--vllm-kv-events", f"ipc://{directory}/events", "--vllm-kv-topic", TOPIC),
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert process.stdout is not None
-        assert "listening" in process.stdout.readline()
         EventSource(publisher, CacheSettings(16, 1_200)).replay(SAMPLE_TRACE, limit=5)
         wait_until_sent(publisher)
         wait_for((directory / "run.duckdb.live").is_file)  # stored: the run exists

@@ -12,10 +12,10 @@ from xml.etree import ElementTree
 
 import duckdb
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from collector.cli import main
-from tests.conftest import REPO, SAMPLE_TRACE
+from tests.conftest import SAMPLE_TRACE
+from tests.test_app import go_to, start
 
 pytestmark = pytest.mark.slow
 
@@ -103,11 +103,6 @@ def test_reports_terminal_and_advisor_are_safe_for_any_name(
     assert_inert(advice)
     assert "](http" in advice, "the names are shown, as code"
 
-    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=120)
-    app.session_state["run_path"] = str(run)
-    app.run()
-    app.switch_page("views/advisor.py")
-    app.run()
-    assert not app.exception, app.exception
+    app = go_to(start(run), "views/advisor.py")
     shown = "\n".join(element.value for element in [*app.markdown, *app.caption])
     assert_inert(shown)
