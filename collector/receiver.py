@@ -90,7 +90,8 @@ class Receiver:
         self._socket = self._listener.socket
         self._last_snapshot = time.monotonic()
         self._dirty = False
-        self._settings_from_engine = self.store is not None
+        # A run resumed keeps its settings unless vLLM's KV events began it (guesses).
+        self._settings_from_engine = self.store is not None and self.store.source == "engine"
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
         """Receive until `stop` is set (or nothing arrived for `idle_exit_s`), then finalize."""
@@ -142,10 +143,10 @@ class Receiver:
         while self._socket.poll(0):
             try:
                 identity, header, records = self._decoder.decode(self._socket.recv_multipart())
-                self._store_batch(header, records)
             except RejectedMessage as rejected:
                 self.stats.rejected.count(rejected)
                 continue
+            self._store_batch(header, records)
             acks.setdefault(identity, []).append(header.batch_seq)
         if not acks:
             return False

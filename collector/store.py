@@ -143,6 +143,12 @@ class RunStore:
     def finished(self) -> bool:
         return run_is_finished(self.connection)
 
+    @property
+    def source(self) -> str:
+        """Where the run's settings came from: "engine", "replay", "vllm-kv-events"."""
+        row = self.connection.execute("SELECT source FROM runs").fetchone()
+        return str(row[0]) if row else ""
+
     def stream_positions(self) -> dict[tuple[str, int], int]:
         """Per engine and DP rank: the record number after the last one stored."""
         rows = self.connection.execute(
@@ -156,8 +162,10 @@ class RunStore:
 
     def next_vllm_kv_batch(self) -> int:
         """The number of the vLLM KV event batch after the last one stored."""
-        row = self.connection.execute("SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches")
-        return int(row.fetchone()[0])  # type: ignore[index]
+        row = self.connection.execute(
+            "SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches"
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def update_config(self, config: RunConfig) -> None:
         """Replace the run's settings, keeping its id and start (and the options it had)."""

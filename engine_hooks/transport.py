@@ -31,7 +31,15 @@ from zmq.utils.monitor import recv_monitor_message
 
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.endpoint import TOKEN_USER, make_private_socket_folder
-from engine_hooks.events import BigCount, Count, DpRank, EngineId, Event, Label
+from engine_hooks.events import (
+    NO_CONTROL_CHARACTERS,
+    BigCount,
+    Count,
+    DpRank,
+    EngineId,
+    Event,
+    Label,
+)
 
 MAX_RECORDS_PER_BATCH = 50_000
 # The largest frame a collector accepts (ZMQ disconnects a peer that sends more, before
@@ -48,7 +56,7 @@ class EngineSettings(msgspec.Struct, omit_defaults=True, gc=False):
     num_blocks: Count
     hash_algo: Label
     vllm_version: Label
-    model: Annotated[str, msgspec.Meta(max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+    model: Annotated[str, msgspec.Meta(max_length=4096, pattern=NO_CONTROL_CHARACTERS)] = ""
     max_num_seqs: Count = 0
     check_collisions: bool = False
     record_token_ids: bool = False
