@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -134,3 +135,34 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
                 " options->>'engine_id', options->>'endpoint' FROM runs"
             ).fetchone()
     assert row == ("engine", 32, 640, "sha256", "0.33.0", "e", f"ipc://{directory}/events")
+
+
+def test_a_resumed_run_begun_by_kv_events_still_takes_the_engines_settings(
+    tmp_path: Path,
+) -> None:
+    """A collector of vLLM's KV events killed before any engine batch came: restarted on the
+    file, it still replaces its guesses with the first engine batch's settings."""
+    import threading
+
+    from collector.receiver import Receiver
+    from collector.store import RunConfig, RunStore
+    from tests.engine import replay_to_collector
+
+    run, endpoint = tmp_path / "run.duckdb", f"ipc://{tmp_path}/hooks"
+    guesses = RunConfig(
+        "vllm-kv-events", block_size=16, num_blocks=0, hash_algo="unknown", vllm_version="unknown"
+    )
+    RunStore.create(run, guesses).close()  # unfinished, as a killed collector leaves it
+    receiver, stop = Receiver(run, endpoint, live_interval_s=0.2), threading.Event()
+    serving = threading.Thread(target=receiver.serve, args=(stop,))
+    serving.start()
+    try:
+        _, transport = replay_to_collector(endpoint, 5, engine_id="e")
+        transport.stop()
+    finally:
+        stop.set()
+        serving.join(timeout=60)
+    store = RunStore.open(run)
+    row = store.connection.execute("SELECT source, num_blocks, hash_algo FROM runs").fetchone()
+    store.close()
+    assert row == ("engine", 2_000, "sha256")
