@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+
+    from engine_hooks.shadow import CacheShadow
 
 FINGERPRINT_BYTES = 16
 _ROOT = b"\x00" * FINGERPRINT_BYTES
@@ -24,7 +30,7 @@ class BlockFingerprints:
         self.block_size = block_size
         self._chains: dict[str, list[bytes]] = {}
 
-    def chain(self, request: Any, num_blocks: int) -> list[bytes]:
+    def chain(self, request: Request, num_blocks: int) -> list[bytes]:
         """The fingerprints of the request's first `num_blocks` blocks (cached per request)."""
         from vllm.v1.core.kv_cache_utils import generate_block_hash_extra_keys
 
@@ -45,6 +51,17 @@ class BlockFingerprints:
             parent = digest.digest()
             chain.append(parent)
         return chain
+
+    def mismatches(
+        self, request: Request, shadow: CacheShadow, block_ids: list[int]
+    ) -> Iterator[tuple[int, bytes, str | None, bytes]]:
+        """For each hit block (positions 0..) whose stored fingerprint is not the request's
+        own: its position, the stored fingerprint, who stored it, and the request's own."""
+        expected = self.chain(request, len(block_ids))
+        for position, block_id in enumerate(block_ids):
+            stored, stored_by = shadow.stored_fingerprint(block_id)
+            if stored is not None and stored != expected[position]:
+                yield position, stored, stored_by, expected[position]
 
     def forget(self, request_id: str) -> None:
         """Drop a request's chain (it finished or was preempted)."""

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from collector.block_manager import make_request
-from collector.traces import read_trace
+from collector.replay.block_manager import make_request
+from collector.replay.traces import read_trace
 from engine_hooks.events import Evict
-from engine_hooks.hooks import _MANAGER_METHODS, _POOL_METHODS
+from engine_hooks.hooks import MANAGER_METHODS
+from engine_hooks.pool_hooks import POOL_METHODS
 from tests.helpers import make_hooks, make_manager
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -94,14 +95,14 @@ def test_detach_restores_the_manager_exactly() -> None:
     assert getattr(manager.allocate_slots, "__self__", None) is None, "a hook, not vLLM's method"
     assert getattr(pool.get_new_blocks, "__self__", None) is None
     hooks.detach()
-    for target, names in ((manager, _MANAGER_METHODS), (pool, _POOL_METHODS)):
+    for target, names in ((manager, MANAGER_METHODS), (pool, POOL_METHODS)):
         for name in names:
             method = getattr(target, name)
             assert method.__self__ is target
             assert method.__func__ is getattr(type(target), name)
     # Only now look inside: attach and detach left no instance attribute behind.
-    assert not set(_MANAGER_METHODS) & set(vars(manager))
-    assert not set(_POOL_METHODS) & set(vars(pool))
+    assert not set(MANAGER_METHODS) & set(vars(manager))
+    assert not set(POOL_METHODS) & set(vars(pool))
 
 
 def test_attaching_twice_is_refused() -> None:

@@ -1,0 +1,254 @@
+"""The half of the hooks that sits on vLLM's `BlockPool`: block allocation, prefix hits,
+stores, frees, evictions and cache resets, each recorded after vLLM's own method ran; and
+the record numbering and buffering both halves share (see hooks.py for the whole design)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, cast
+
+from engine_hooks.block_content import block_token_ids, extra_key_kinds
+from engine_hooks.buffer import EventBuffer
+from engine_hooks.events import Allocate, Collision, Event, Evict, Free, Hit, Reset, Store
+from engine_hooks.fingerprint import BlockFingerprints
+from engine_hooks.shadow import CacheShadow
+
+if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run time
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+    from vllm.v1.request import Request
+
+Clock = Callable[[], int]
+
+_BLOCK_ID = attrgetter("block_id")
+_REF_CNT = attrgetter("ref_cnt")
+_IS_ZERO = (0).__eq__
+
+POOL_METHODS = (
+    "get_new_blocks",
+    "touch",
+    "cache_full_blocks",
+    "free_blocks",
+    "evict_blocks",
+    "reset_prefix_cache",
+)
+
+
+class PoolHooks:
+    """Records the block events of one `BlockPool` into an `EventBuffer`; the request that
+    caused them is the one the manager half set in `_request`."""
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        buffer: EventBuffer,
+        *,
+        clock: Clock,
+        block_size: int,
+        engine_id: str,
+        dp_rank: int,
+        record_token_ids: bool,
+        check_collisions: bool,
+    ) -> None:
+        self._pool = pool
+        self._buffer = buffer
+        self._clock = clock
+        self.block_size = block_size
+        self.engine_id = engine_id
+        self.dp_rank = dp_rank
+        self.record_token_ids = record_token_ids
+        self._shadow = CacheShadow()
+        self._fingerprints = BlockFingerprints(block_size) if check_collisions else None
+        self._request: Request | None = None
+        self._seq = 0
+        self.num_lost = 0
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        seq = self._seq
+        self._seq = seq + 1
+        return seq
+
+    @property
+    def num_records(self) -> int:
+        """Records numbered so far: the next record's `seq`."""
+        return self._seq
+
+    def _emit(self, records: list[Event]) -> None:
+        # A refused batch leaves a gap in `seq`; whoever stores the stream records the gap
+        # as a `Drop` (the hooks cannot: the buffer that would carry it is full).
+        if records and not self._buffer.offer(records):
+            self.num_lost += len(records)
+
+    # -- pool wrappers -----------------------------------------------------------------
+
+    def _request_id(self) -> str | None:
+        request = self._request
+        return None if request is None else str(request.request_id)
+
+    def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        shadow = self._shadow
+
+        def get_new_blocks(num_blocks: int) -> list[KVCacheBlock]:
+            blocks: list[KVCacheBlock] = original(num_blocks)
+            now = self._clock()
+            request_id = self._request_id()
+            block_ids = list(map(_BLOCK_ID, blocks))
+            records: list[Event] = []
+            evicted = shadow.cached_among(block_ids)
+            if evicted:
+                # vLLM dropped the hash of each cached free block it handed out.
+                records.append(self._evict_record(now, request_id, evicted))
+                shadow.num_cached_free -= len(evicted)
+            records.append(Allocate(self._next_seq(), now, request_id, block_ids))
+            self._emit(records)
+            return blocks
+
+        return get_new_blocks
+
+    def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
+        """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
+        hashes = self._shadow.forget(block_ids)
+        return Evict(self._next_seq(), now, request_id, block_ids, hashes)
+
+    def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        shadow = self._shadow
+
+        def touch(blocks: Sequence[KVCacheBlock]) -> None:
+            original(blocks)
+            if not blocks:
+                return
+            # One full-attention group (see layout.py): a prefix hit holds no null block.
+            block_ids = list(map(_BLOCK_ID, blocks))
+            hashes = shadow.hashes_of(block_ids)
+            # A hit block with one reference now was free (and evictable) before.
+            shadow.num_cached_free -= list(map(_REF_CNT, blocks)).count(1)
+            now = self._clock()
+            request_id = self._request_id()
+            records: list[Event] = [Hit(self._next_seq(), now, request_id, block_ids, hashes)]
+            if self._fingerprints and self._request is not None:
+                records += self._check_hits(self._request, now, block_ids, hashes)
+            self._emit(records)
+
+        return touch
+
+    def _check_hits(
+        self, request: Request, now: int, block_ids: list[int], hashes: list[bytes]
+    ) -> list[Event]:
+        """Compare each hit block's stored fingerprint with the request's own (positions 0..)."""
+        assert self._fingerprints is not None
+        mismatches = self._fingerprints.mismatches(request, self._shadow, block_ids)
+        return [
+            Collision(
+                self._next_seq(),
+                now,
+                request.request_id,
+                block_ids[position],
+                hashes[position],
+                stored_by,
+                stored,
+                expected,
+            )
+            for position, stored, stored_by, expected in mismatches
+        ]
+
+    def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        shadow = self._shadow
+
+        def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
+            request: Request,
+            blocks: list[KVCacheBlock],
+            num_cached_blocks: int,
+            num_full_blocks: int,
+            block_size: int,
+            kv_cache_group_id: int,
+            block_mask: list[bool] | None = None,
+        ) -> None:
+            original(
+                request=request,
+                blocks=blocks,
+                num_cached_blocks=num_cached_blocks,
+                num_full_blocks=num_full_blocks,
+                block_size=block_size,
+                kv_cache_group_id=kv_cache_group_id,
+                block_mask=block_mask,
+            )
+            if num_cached_blocks >= num_full_blocks:
+                return
+            # One full-attention group hashed at its block size (see layout.py): vLLM
+            # stores every block of the range; full attention never masks one out.
+            positions = range(num_cached_blocks, num_full_blocks)
+            block_ids = list(map(_BLOCK_ID, blocks[num_cached_blocks:num_full_blocks]))
+            request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
+            hashes = request_hashes[num_cached_blocks:num_full_blocks]
+            now = self._clock()
+            shadow.store(block_ids, hashes)
+            if self._fingerprints:
+                chain = self._fingerprints.chain(request, positions[-1] + 1)
+                shadow.fingerprint(block_ids, map(chain.__getitem__, positions), request.request_id)
+            first = positions[0]
+            record = Store(
+                self._next_seq(),
+                now,
+                request.request_id,
+                block_ids,
+                hashes,
+                request_hashes[first - 1] if first else None,
+                first,
+                block_size,
+                extra_key_kinds(request, positions),
+                block_token_ids(request, positions, block_size) if self.record_token_ids else None,
+            )
+            self._emit([record])
+
+        return cache_full_blocks
+
+    def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        shadow = self._shadow
+
+        def free_blocks(ordered_blocks: Iterable[KVCacheBlock]) -> None:
+            blocks = list(ordered_blocks)
+            original(blocks)
+            if not blocks:
+                return  # one full-attention group (see layout.py): no null blocks
+            block_ids = list(map(_BLOCK_ID, blocks))
+            ref_cnts = list(map(_REF_CNT, blocks))
+            back_in_queue = compress(block_ids, map(_IS_ZERO, ref_cnts))
+            shadow.num_cached_free += shadow.count_cached(back_in_queue)
+            record = Free(self._next_seq(), self._clock(), self._request_id(), block_ids, ref_cnts)
+            self._emit([record])
+
+        return free_blocks
+
+    def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        shadow = self._shadow
+        pool_blocks = self._pool.blocks
+
+        def evict_blocks(block_ids: set[int]) -> None:
+            original(block_ids)
+            evicted = [
+                block_id
+                for block_id in sorted(block_ids)
+                if block_id in shadow.hashes and pool_blocks[block_id].block_hash is None
+            ]
+            if not evicted:
+                return
+            shadow.num_cached_free -= sum(
+                1 for block_id in evicted if pool_blocks[block_id].ref_cnt == 0
+            )
+            self._emit([self._evict_record(self._clock(), None, evicted)])
+
+        return evict_blocks
+
+    def _make_reset_prefix_cache(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def reset_prefix_cache() -> bool:
+            done: bool = original()
+            if done:
+                num_cleared = self._shadow.clear()
+                self._emit([Reset(self._next_seq(), self._clock(), None, num_cleared)])
+            return done
+
+        return reset_prefix_cache
