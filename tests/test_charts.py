@@ -5,37 +5,39 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
-from collector import activity, collisions, comparison, hotspots, prefix_tree, roi, tenants
-from collector.time_window import time_grid
+from collector.model import comparison, cost
+from collector.queries import activity, collisions, hotspots, prefix_tree, tenants
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.runs import hex_names, shared_prefix_run
-from visualizer import charts
+from tests.test_layering import loaded_modules
 from visualizer.charts import collisions as collision_charts
 from visualizer.charts import comparison as comparison_charts
+from visualizer.charts import free_blocks as free_block_charts
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.charts import overview as overview_charts
 from visualizer.charts import prefix_tree as tree_charts
 from visualizer.charts import roi as roi_charts
 from visualizer.charts import tenants as tenant_charts
-from visualizer.charts.palette import VERDICT_COLORS, category_colors
+from visualizer.charts.theme import ROOT_COLOR, VERDICT_COLORS, category_colors
 
 
 @pytest.fixture(scope="module")
-def connection(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
+def run_file(tmp_path_factory: pytest.TempPathFactory) -> RunFile:
     run = shared_prefix_run(Path(tmp_path_factory.mktemp("charts")))
-    return duckdb.connect(str(run), read_only=True)
+    return RunFile.open(run)
 
 
 @pytest.fixture(scope="module")
-def points(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    return activity.figures_over_time(connection, time_grid(connection).whole_run())
+def points(run_file: RunFile) -> pd.DataFrame:
+    return activity.figures_over_time(run_file, time_grid(run_file).whole_run())
 
 
-def test_heatmap(connection: duckdb.DuckDBPyConnection) -> None:
-    heat = hotspots.block_heatmap(connection, time_grid(connection).whole_run())
+def test_heatmap(run_file: RunFile) -> None:
+    heat = hotspots.block_heatmap(run_file, time_grid(run_file).whole_run())
     figure = hotspot_charts.heatmap_figure(heat, "hits", block_bin_size=1)
     (trace,) = figure.data
     assert list(trace.x) == [0.0, 0.01, 0.02, 0.03]
@@ -52,13 +54,13 @@ def test_heatmap(connection: duckdb.DuckDBPyConnection) -> None:
     assert "one row per block" in figure.layout.title.text
 
 
-def test_top_blocks_and_reuse(connection: duckdb.DuckDBPyConnection) -> None:
-    names = hex_names(connection)
-    window = time_grid(connection).whole_run()
-    top = hotspot_charts.top_blocks_figure(hotspots.top_blocks(connection, window))
+def test_top_blocks_and_reuse(run_file: RunFile) -> None:
+    names = hex_names(run_file)
+    window = time_grid(run_file).whole_run()
+    top = hotspot_charts.top_blocks_figure(hotspots.top_blocks(run_file, window))
     assert list(top.data[0].x) == [2, 1]
     assert list(top.data[0].y) == [f"{names['A1'][:8]} · pos 0", f"{names['A2'][:8]} · pos 1"]
-    frequencies = hotspots.hit_count_frequencies(connection, window)
+    frequencies = hotspots.hit_count_frequencies(run_file, window)
     histogram = hotspot_charts.hit_histogram_figure(hotspots.hit_count_histogram(frequencies))
     assert (list(histogram.data[0].x), list(histogram.data[0].y)) == (["0", "1", "2"], [4, 1, 1])
     curve = hotspot_charts.concentration_figure(frequencies).data[0]
@@ -67,10 +69,10 @@ def test_top_blocks_and_reuse(connection: duckdb.DuckDBPyConnection) -> None:
     assert list(curve.y) == pytest.approx([0, 2 / 3, 1, 1])
 
 
-def test_prefix_tree(connection: duckdb.DuckDBPyConnection) -> None:
-    names = hex_names(connection)
+def test_prefix_tree(run_file: RunFile) -> None:
+    names = hex_names(run_file)
     nodes = prefix_tree.merge_unbranched(
-        prefix_tree.tree_nodes(connection, time_grid(connection).whole_run())
+        prefix_tree.tree_nodes(run_file, time_grid(run_file).whole_run())
     )
     figure = tree_charts.prefix_tree_figure(nodes, "tenant", block_size=4)
     icicle = figure.data[0]
@@ -79,7 +81,7 @@ def test_prefix_tree(connection: duckdb.DuckDBPyConnection) -> None:
     assert list(icicle.values) == [2, 2, 1]
     assert list(icicle.labels) == ["all prefixes<br>2 hits", "pos 0<br>2 hits", "pos 1<br>1 hits"]
     tenant_a = category_colors(["a"])["a"]
-    assert list(icicle.marker.colors) == [tree_charts.ROOT_COLOR, tenant_a, tenant_a]
+    assert list(icicle.marker.colors) == [ROOT_COLOR, tenant_a, tenant_a]
     assert icicle.maxdepth == 3  # the root and two levels: no empty columns
     assert [trace.name for trace in figure.data[1:]] == ["a"]  # the colour key
     assert [row[3] for row in icicle.customdata] == [0, 4, 8]  # prefix tokens
@@ -88,9 +90,9 @@ def test_prefix_tree(connection: duckdb.DuckDBPyConnection) -> None:
     assert len(tree_charts.prefix_tree_figure(nodes, "adapter", 4).data) == 2  # "(none)"
 
 
-def test_roi_charts(connection: duckdb.DuckDBPyConnection, points: pd.DataFrame) -> None:
-    model = roi.CostModel()
-    series = roi.savings_over_time(points, model, block_size=4)
+def test_roi_charts(run_file: RunFile, points: pd.DataFrame) -> None:
+    model = cost.CostModel()
+    series = cost.savings_over_time(points, model, block_size=4)
     figure = roi_charts.savings_over_time_figure(series)
     saved, held = figure.data
     flops = model.prompt_flops(8.0, 64.0), model.prompt_flops(4.0, 16.0)
@@ -100,31 +102,31 @@ def test_roi_charts(connection: duckdb.DuckDBPyConnection, points: pd.DataFrame)
     assert list(held.y) == pytest.approx(
         [2 * per_block, 3 * per_block, 4 * per_block, 5 * per_block]
     )
-    window = time_grid(connection).whole_run()
-    usage = roi.price_prompts(tenants.tenant_usage(connection, window), model, 4)
+    window = time_grid(run_file).whole_run()
+    usage = cost.price_prompts(tenants.tenant_usage(run_file, window), model, 4)
     bars = roi_charts.saved_vs_held_figure(usage, "tenant", "Per tenant")
     assert list(bars.data[0].y) == ["a", "b", "c"]
     assert list(bars.data[0].x) == pytest.approx(list(usage["dollars_saved"]))
     assert list(bars.data[1].x) == pytest.approx(list(usage["memory_dollars"]))
 
 
-def test_tenant_charts(connection: duckdb.DuckDBPyConnection) -> None:
-    window = time_grid(connection).whole_run()
-    usage = tenants.tenant_usage(connection, window)
+def test_tenant_charts(run_file: RunFile) -> None:
+    window = time_grid(run_file).whole_run()
+    usage = tenants.tenant_usage(run_file, window)
     tokens = tenant_charts.tenant_tokens_figure(usage)
     assert list(tokens.data[0].y) == [4, 8, 0]  # hit tokens of a, b, c
     assert list(tokens.data[1].y) == [12, 4, 8]  # computed
     held = tenant_charts.blocks_held_figure(usage)
     assert list(held.data[1].y) == [3, 1, 2]  # blocks stored
-    sharing = tenant_charts.sharing_figure(tenants.cross_tenant_hits(connection, window))
+    sharing = tenant_charts.sharing_figure(tenants.cross_tenant_hits(run_file, window))
     (heat,) = sharing.data
     assert (list(heat.y), list(heat.x), heat.z.tolist()) == (["a"], ["a", "b"], [[1, 2]])
     adapters = pd.DataFrame({"tenant": ["t", "t"], "lora": ["(none)", "sql"]})
     assert tenant_charts.usage_label(adapters).tolist() == ["t", "t<br>sql"]
 
 
-def test_collision_chart(connection: duckdb.DuckDBPyConnection, points: pd.DataFrame) -> None:
-    check = collisions.collision_check(connection, time_grid(connection).whole_run())
+def test_collision_chart(run_file: RunFile, points: pd.DataFrame) -> None:
+    check = collisions.collision_check(run_file, time_grid(run_file).whole_run())
     figure = collision_charts.collision_checks_figure(points, check["hash_algo"])
     assert figure.layout.title.text == "0 collisions in 3 block hits checked (sha256)"
     assert list(figure.data[0].y) == [0, 2, 1, 0]
@@ -132,9 +134,9 @@ def test_collision_chart(connection: duckdb.DuckDBPyConnection, points: pd.DataF
 
 
 def test_overview_charts(points: pd.DataFrame) -> None:
-    ratio = charts.hit_rate_figure(points)
+    ratio = overview_charts.hit_rate_figure(points)
     assert list(ratio.data[0].y) == pytest.approx([0.0, 8 / 12, 4 / 8, 0.0])
-    activity_chart = charts.activity_figure(points)
+    activity_chart = overview_charts.activity_figure(points)
     assert list(activity_chart.data[0].y) == [0, 0, 0, 1]  # evictions
     assert list(activity_chart.data[1].y) == [1, 1, 1, 1]  # requests, right axis
     assert activity_chart.data[1].yaxis == "y2"
@@ -148,7 +150,7 @@ def test_overview_charts(points: pd.DataFrame) -> None:
 
 def test_comparison_charts(points: pd.DataFrame) -> None:
     fewer = points.assign(hit_tokens=points["hit_tokens"] // 2)
-    figure = comparison_charts.hit_ratio_comparison_figure(points, fewer, "a", "b")
+    figure = comparison_charts.hit_ratio_comparison_figure({"a": points, "b": fewer})
     assert [trace.name for trace in figure.data] == ["a", "b"]
     assert list(figure.data[1].y) == pytest.approx([0.0, 4 / 12, 2 / 8, 0.0])
     first = {name: 10 for name, _, _ in comparison.COMPARED_FIGURES}
@@ -160,3 +162,44 @@ def test_comparison_charts(points: pd.DataFrame) -> None:
     assert colours["Evictions (blocks)"] == VERDICT_COLORS["better"]
     assert colours["Tokens saved"] == VERDICT_COLORS["worse"]
     assert colours["Requests"] == VERDICT_COLORS["same"]
+
+
+def test_free_blocks_chart_marks_evictions_and_the_time_under_the_alarm() -> None:
+    timeline = pd.DataFrame(
+        {"t_s": [0.0, 1.0], "in_use": [3, 8], "cached_free": [2, 1], "free_uncached": [5, 1]}
+    )
+    evictions = pd.DataFrame({"t_s": [1.0], "count": [2]})
+    figure = free_block_charts.free_blocks_figure(
+        timeline,
+        evictions=evictions,
+        preemptions=evictions.iloc[:0],
+        low_periods=pd.DataFrame({"start_s": [0.5], "end_s": [1.0]}),
+        num_usable_blocks=10,
+    )
+    names = [trace.name for trace in figure.data]
+    assert names == [
+        "in use",
+        "cached but free (evictable)",
+        "free, no cached content",
+        "evictions",
+    ]
+    assert list(figure.data[0].y) == [3, 8]
+    marker = figure.data[3]
+    assert (list(marker.y), marker.hovertemplate) == (
+        [10.3],
+        "%{customdata} evicted<extra></extra>",
+    )
+    alarm, under = figure.layout.shapes
+    assert alarm.y0 == 9  # 10 % of 10 usable blocks free
+    assert (under.x0, under.x1) == (0.5, 1.0)
+
+
+def test_charts_load_no_streamlit() -> None:
+    """The CI report draws them too, without the app."""
+    modules = loaded_modules(
+        "import importlib, pkgutil, visualizer.charts as charts; "
+        "[importlib.import_module(f'visualizer.charts.{module.name}') "
+        "for module in pkgutil.iter_modules(charts.__path__)]"
+    )
+    assert "plotly" in modules
+    assert "streamlit" not in modules

@@ -1,4 +1,5 @@
-"""The report's charts as pure functions, and the HTML page around them, without a browser."""
+"""The report's charts (the app's run-versus-run charts) as pure functions, and the HTML page
+around them, without a browser."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.report import charts
-from collector.report.comparison import compare
 from collector.report.figures import read_run
 from collector.report.html import comparison_figures, render_html
 from collector.report.thresholds import Thresholds
+from collector.report.verdict import compare
 from tests.conftest import SAMPLE_RUN
 from tests.helpers import tiny_run
 from tests.test_layering import loaded_modules
+from visualizer.charts import comparison as charts
 
 BUCKETS = pd.DataFrame(
     {
@@ -94,7 +95,7 @@ def test_a_run_without_evictions_draws_empty_lines(tmp_path: Path) -> None:
     assert [len(trace.x) for trace in evictions.data] == [0, 0]
 
 
-def test_the_report_loads_neither_streamlit_nor_the_visualizer() -> None:
+def test_the_report_loads_no_streamlit() -> None:
+    """It draws with the app's charts, which are plain Plotly."""
     modules = loaded_modules("import collector.commands.report, collector.report.outputs")
     assert "streamlit" not in modules
-    assert "visualizer" not in modules

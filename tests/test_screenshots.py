@@ -12,19 +12,20 @@ import pytest
 
 from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screenshot_page
 from tests.conftest import REPO, SAMPLE_RUN
+from visualizer.pages import PAGES
 
-# url path -> charts the page must draw
-PAGES = {
-    "": 5,
-    "hotspots": 4,
-    "prefix_tree": 1,
-    "roi": 3,
-    "free_blocks": 1,
-    "collisions": 1,
-    "tenants": 3,
-    "advisor": 5,
-    "compare": 2,
-    "vllm_kv_events": 0,
+# page file -> charts the page must draw on the sample run
+MIN_CHARTS = {
+    "overview.py": 5,
+    "hotspots.py": 4,
+    "prefix_tree.py": 1,
+    "roi.py": 3,
+    "free_blocks.py": 1,
+    "collisions.py": 1,
+    "tenants.py": 3,
+    "advisor.py": 5,
+    "compare.py": 2,
+    "vllm_kv_events.py": 0,
 }
 
 
@@ -46,9 +47,10 @@ def test_screenshot_of_every_page(tmp_path: Path) -> None:
     need_chromium()
     keep = os.environ.get("KVSCOPE_SCREENSHOTS")
     with app_server(REPO, "--db", str(SAMPLE_RUN)) as url, chromium() as driver:
-        for page, min_charts in PAGES.items():
-            path = tmp_path / f"{page or 'overview'}.png"
-            seen = screenshot_page(driver, f"{url}/{page}", path, min_charts)
+        for page in PAGES:
+            path = tmp_path / f"{Path(page.file).stem}.png"
+            min_charts = MIN_CHARTS[page.file]
+            seen = screenshot_page(driver, f"{url}/{page.url_path}", path, min_charts)
             assert seen["exceptions"] == [], seen
             assert seen["charts"] >= min_charts, seen
             assert seen["title"] == "kvscope", seen

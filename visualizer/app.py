@@ -6,37 +6,23 @@ beside this script, where Streamlit reads them whatever the working folder.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import duckdb
 import streamlit as st
 
-from visualizer import live_refresh
+from collector.store.run_file import ReadError
+from visualizer.pages import PAGES, VIEWS
 from visualizer.run_source import current_run
-
-PAGES = Path(__file__).parent / "views"
+from visualizer.sidebar import live_refresh
 
 
 def main() -> None:
     st.set_page_config(page_title="kvscope", layout="wide")
-    pages = [
-        st.Page(PAGES / "overview.py", title="Overview", default=True),
-        st.Page(PAGES / "hotspots.py", title="Hotspots"),
-        st.Page(PAGES / "prefix_tree.py", title="Prefix tree"),
-        st.Page(PAGES / "roi.py", title="ROI"),
-        st.Page(PAGES / "free_blocks.py", title="Free blocks"),
-        st.Page(PAGES / "collisions.py", title="Collisions"),
-        st.Page(PAGES / "tenants.py", title="Tenants & adapters"),
-        st.Page(PAGES / "advisor.py", title="Advisor"),
-        st.Page(PAGES / "compare.py", title="Compare runs"),
-        st.Page(PAGES / "vllm_kv_events.py", title="vLLM KV events"),
-    ]
+    pages = [st.Page(VIEWS / page.file, title=page.title, default=page.default) for page in PAGES]
     navigation = st.navigation(pages)
     with st.sidebar:
         live_refresh.follow(current_run())
     try:
         navigation.run()
-    except duckdb.Error as error:  # damaged where opening the run could not tell
+    except ReadError as error:  # damaged where opening the run could not tell
         st.error(f"Cannot read this run: {str(error).splitlines()[0]}")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from collector.roi import GPU_PRESETS, MODEL_PRESETS, CostModel
+from collector.model.cost import GPU_PRESETS, MODEL_PRESETS, CostModel
 from visualizer import session
 
 MODEL_KEY = "roi_model"

@@ -30,20 +30,16 @@ def show_chart(
 
     stem = f"{current_run().stem}-{key}"
     buttons = target.container(horizontal=True)
-    buttons.download_button(
-        "Data (CSV)",
-        data=csv,
-        file_name=f"{stem}.csv",
-        mime="text/csv",
-        key=f"{key}_csv",
-        on_click="ignore",
-    )
-    buttons.download_button(
-        "Figure (HTML)",
-        data=html,
-        file_name=f"{stem}.html",
-        mime="text/html",
-        key=f"{key}_html",
-        on_click="ignore",
-    )
+    for label, build, extension, mime in (
+        ("Data (CSV)", csv, "csv", "text/csv"),
+        ("Figure (HTML)", html, "html", "text/html"),
+    ):
+        buttons.download_button(
+            label,
+            data=build,
+            file_name=f"{stem}.{extension}",
+            mime=mime,
+            key=f"{key}_{extension}",
+            on_click="ignore",
+        )
     return event

@@ -1,4 +1,4 @@
-"""Which run the app shows, and a read-only connection to it."""
+"""Which run the app shows, and that run file open for reading."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-import duckdb
 import streamlit as st
 
-from collector.store import StoreError, live_copy_path, open_readable, run_is_finished
+from collector.store.run_file import RunFile, StoreError, live_copy_path, open_readable
 
 SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
 RUN_PATH_KEY = "run_path"
@@ -35,27 +34,26 @@ def current_run() -> Path:
 
 
 @st.cache_resource(max_entries=4)
-def _connection(path: str, versions: tuple[int, int]) -> tuple[duckdb.DuckDBPyConnection, bool]:
-    del versions  # part of the cache key: a new version of the file gets a fresh connection
-    store, live = open_readable(Path(path))
-    return store.connection, live
+def _opened(path: str, versions: tuple[int, int]) -> tuple[RunFile, bool]:
+    del versions  # part of the cache key: a new version of the file is opened afresh
+    return open_readable(Path(path))
 
 
 def _version(path: Path) -> int:
     return path.stat().st_mtime_ns if path.exists() else 0
 
 
-def connect(path: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a run file, or to its live copy while it is being written
-    (opened once per version of either)."""
+def open_run(path: Path) -> RunFile:
+    """A run file open for reading, or its live copy while it is being written (opened once
+    per version of either; each page run reads through a cursor of its own)."""
     versions = (_version(path), _version(live_copy_path(path)))
-    return _connection(str(path), versions)[0].cursor()
+    return _opened(str(path), versions)[0].cursor()
 
 
 def reading_live_copy(path: Path) -> bool:
-    """Whether `connect(path)` reads the live copy of a run being written."""
+    """Whether `open_run(path)` reads the live copy of a run being written."""
     versions = (_version(path), _version(live_copy_path(path)))
-    return _connection(str(path), versions)[1]
+    return _opened(str(path), versions)[1]
 
 
 def runs_in_folder(folder: Path) -> list[Path]:
@@ -65,19 +63,19 @@ def runs_in_folder(folder: Path) -> list[Path]:
     return sorted(path for path in folder.glob("*.duckdb") if path.is_file())
 
 
-def open_current_run() -> duckdb.DuckDBPyConnection:
-    """A connection to the chosen run; if it cannot be opened, says why and stops the page."""
+def open_current_run() -> RunFile:
+    """The chosen run, open for reading; if it cannot be opened, says why and stops the page."""
     path = current_run()
     try:
-        connection = connect(path)
+        run = open_run(path)
     except (StoreError, OSError) as error:
         st.error(f"Cannot show this run. {error}")
         st.stop()
-    if not reading_live_copy(path) and not run_is_finished(connection):
+    if not reading_live_copy(path) and not run.finished:
         st.warning(
             f"{path.name} was not finished: its collector stopped without finalizing it "
             "(killed?), so the figures built at the end (requests, rollups) may be missing "
             f"or behind its events. `kvscope finish {path}` finishes it; "
             f"`kvscope collect --db {path}` goes on recording into it."
         )
-    return connection
+    return run

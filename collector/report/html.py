@@ -7,11 +7,11 @@ from html import escape
 import plotly.graph_objects as go
 import plotly.io
 
-from collector.report import charts
 from collector.report.checks import FAIL
-from collector.report.comparison import Comparison
 from collector.report.figures import RunFigures, RunSeries
 from collector.report.formatting import format_change, format_limit, format_value
+from collector.report.verdict import Comparison
+from visualizer.charts import comparison as charts
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }

@@ -7,16 +7,14 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import LAYOUT
-
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+from visualizer.charts.theme import COLORS, nth_color, styled
 
 
 def chart_figure(chart: dict[str, Any]) -> go.Figure:
     """A suggestion's chart (line, bar or scatter) as the advisor described it."""
     figure = go.Figure()
     for number, series in enumerate(chart["series"]):
-        color = PALETTE[number % len(PALETTE)]
+        color = nth_color(number)
         if chart["kind"] == "bar":
             figure.add_bar(x=series["x"], y=series["y"], name=series["name"], marker_color=color)
         else:
@@ -33,21 +31,20 @@ def chart_figure(chart: dict[str, Any]) -> go.Figure:
     for number, (label, x) in enumerate(chart["markers"].items()):
         figure.add_vline(
             x=x,
-            line={"dash": "dash", "color": "#7f7f7f"},
+            line={"dash": "dash", "color": COLORS["alarm"]},
             annotation_text=label,
             annotation_position="top right" if number % 2 else "top left",
         )
     yaxis: dict[str, Any] = {"title": chart["y_title"]}
     if chart["y_title"] == "token hit ratio":
         yaxis.update(range=[0, 1], tickformat=".0%")
-    figure.update_layout(
+    return styled(
+        figure,
         title=chart["title"],
         xaxis_title=chart["x_title"],
         yaxis=yaxis,
         barmode="group",
-        **LAYOUT,
     )
-    return figure
 
 
 def chart_data(chart: dict[str, Any]) -> pd.DataFrame:

@@ -1,38 +1,127 @@
-"""Run-versus-run charts: hit ratio over time of both runs, and every figure's change."""
+"""Run-versus-run charts, for the Compare runs page and the CI report.
+
+Each builder of series over time takes a mapping from a run's label ("baseline", a file
+name, ...) to that run's data, one line (or bar group) per run in the mapping's order.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import COLORS, LAYOUT
-from visualizer.charts.palette import VERDICT_COLORS
+from collector.report.figures import tenant_label
+from visualizer.charts.theme import (
+    COLORS,
+    RATIO_AXIS,
+    RUN_DASHES,
+    VERDICT_COLORS,
+    nth_color,
+    styled,
+)
+
+HEIGHT = 420
 
 
-def hit_ratio_comparison_figure(
-    first: pd.DataFrame, second: pd.DataFrame, first_name: str, second_name: str
-) -> go.Figure:
-    """Token hit ratio over time of two runs (points of `activity.figures_over_time`)."""
+def _run_line(index: int, **line: Any) -> dict[str, Any]:
+    """The index-th run's line: its own colour and dash."""
+    return {"color": nth_color(index), "dash": RUN_DASHES[index % len(RUN_DASHES)], **line}
+
+
+def hit_ratio_comparison_figure(buckets: Mapping[str, pd.DataFrame]) -> go.Figure:
+    """Token hit ratio per time bucket (`figures_over_time` or `hit_rate_over_time`), one line
+    per run; buckets with no admitted request are gaps."""
     figure = go.Figure()
-    for points, name, color, dash in (
-        (first, first_name, COLORS["tokens"], "solid"),
-        (second, second_name, COLORS["blocks"], "dot"),
-    ):
-        admitted = points[points["requests"] > 0]
+    for index, (label, frame) in enumerate(buckets.items()):
+        admitted = frame[frame["requests"] > 0]
         figure.add_scatter(
             x=admitted["t_s"],
             y=admitted["hit_tokens"] / admitted["prompt_tokens"],
-            name=name,
+            name=label,
             mode="lines+markers",
-            line={"color": color, "dash": dash},
+            line=_run_line(index),
         )
-    figure.update_layout(
-        title="Hit ratio (tokens), both runs",
+    return styled(
+        figure,
+        title="Token hit ratio over time",
         xaxis_title="time (s)",
-        yaxis={"title": "hit ratio", "range": [0, 1], "tickformat": ".0%"},
-        **LAYOUT,
+        yaxis=RATIO_AXIS,
+        height=HEIGHT,
     )
-    return figure
+
+
+def free_blocks_comparison_figure(
+    pools: Mapping[str, tuple[pd.DataFrame, int]], alarm_fraction: float = 0.10
+) -> go.Figure:
+    """Free blocks (cached-but-free included) as a share of each run's usable pool, from
+    `pool_timeline`, with the alarm line."""
+    figure = go.Figure()
+    for index, (label, (timeline, usable_blocks)) in enumerate(pools.items()):
+        figure.add_scatter(
+            x=timeline["t_s"],
+            y=timeline["free"] / max(usable_blocks, 1),
+            name=f"{label} ({usable_blocks:,} blocks)",
+            mode="lines",
+            line=_run_line(index, width=1.5),
+        )
+    figure.add_hline(
+        y=alarm_fraction,
+        line={"dash": "dash", "color": COLORS["alarm"]},
+        annotation_text=f"{alarm_fraction:.0%} free",
+        annotation_position="top left",
+    )
+    return styled(
+        figure,
+        title="Free blocks over time (share of the pool)",
+        xaxis_title="time (s)",
+        yaxis={"title": "free blocks", "range": [0, 1.02], "tickformat": ".0%"},
+        height=HEIGHT,
+    )
+
+
+def evictions_comparison_figure(evictions: Mapping[str, pd.DataFrame]) -> go.Figure:
+    """Blocks evicted so far (`event_times(..., "evict")`, summed up), one line per run."""
+    figure = go.Figure()
+    for index, (label, frame) in enumerate(evictions.items()):
+        figure.add_scatter(
+            x=frame["t_s"],
+            y=frame["count"].cumsum(),
+            name=label,
+            mode="lines",
+            line=_run_line(index, shape="hv"),
+        )
+    return styled(
+        figure,
+        title="Blocks evicted so far",
+        xaxis_title="time (s)",
+        yaxis_title="evictions",
+        height=HEIGHT,
+    )
+
+
+def tenant_hit_ratio_figure(tenants: Mapping[str, list[dict[str, Any]]]) -> go.Figure:
+    """Token hit ratio per tenant (and LoRA adapter), grouped bars, one colour per run."""
+    figure = go.Figure()
+    for index, (label, rows) in enumerate(tenants.items()):
+        figure.add_bar(
+            x=[tenant_label(row) for row in rows],
+            y=[row["hit_ratio"] for row in rows],
+            name=label,
+            marker_color=nth_color(index),
+            customdata=[row["requests"] for row in rows],
+            hovertemplate="%{x}: %{y:.1%} over %{customdata} requests",
+        )
+    return styled(
+        figure,
+        title="Token hit ratio per tenant",
+        xaxis_title="tenant",
+        yaxis=RATIO_AXIS,
+        barmode="group",
+        height=HEIGHT,
+        hovermode="closest",
+    )
 
 
 def deltas_figure(comparison: pd.DataFrame) -> go.Figure:
@@ -52,11 +141,12 @@ def deltas_figure(comparison: pd.DataFrame) -> go.Figure:
         )
     )
     figure.add_vline(x=0, line={"color": COLORS["alarm"]})
-    figure.update_layout(
+    return styled(
+        figure,
         title="Change, second run vs first",
         xaxis={"title": "relative change", "tickformat": "+.0%"},
         yaxis={"autorange": "reversed", "type": "category"},
         height=max(320, 30 * len(rows) + 120),
-        **{**LAYOUT, "hovermode": "closest", "margin": {"l": 150, "r": 20, "t": 60, "b": 40}},
+        hovermode="closest",
+        margin={"l": 150, "r": 20, "t": 60, "b": 40},
     )
-    return figure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import COLORS, LAYOUT
+from visualizer.charts.theme import COLORS, styled
 
 HEAT_SCALES = {"hits": "Greens", "stores": "Blues", "evictions": "Oranges"}
 
@@ -28,13 +28,13 @@ def heatmap_figure(heat: pd.DataFrame, measure: str, block_bin_size: int) -> go.
             ),
         )
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title=f"Block {measure} per block id and time (one row per {bins})",
         xaxis_title="time (s)",
         yaxis_title="block id",
-        **{**LAYOUT, "hovermode": "closest"},
+        hovermode="closest",
     )
-    return figure
 
 
 def top_blocks_figure(top: pd.DataFrame) -> go.Figure:
@@ -56,15 +56,16 @@ def top_blocks_figure(top: pd.DataFrame) -> go.Figure:
             ),
         )
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title="Most-hit cached blocks",
         xaxis_title="hits",
         yaxis_title="hash prefix · position in the prompt",
         yaxis={"autorange": "reversed", "type": "category"},
         height=max(320, 24 * len(top) + 120),
-        **{**LAYOUT, "hovermode": "closest", "margin": {"l": 140, "r": 20, "t": 60, "b": 40}},
+        hovermode="closest",
+        margin={"l": 140, "r": 20, "t": 60, "b": 40},
     )
-    return figure
 
 
 def hit_histogram_figure(histogram: pd.DataFrame) -> go.Figure:
@@ -79,13 +80,13 @@ def hit_histogram_figure(histogram: pd.DataFrame) -> go.Figure:
             hovertemplate="%{x} hits: %{y} cached blocks (%{customdata} hits)<extra></extra>",
         )
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title="Hit-count distribution",
         xaxis={"title": "hits while cached", "type": "category"},
         yaxis={"title": "cached blocks (log scale)", "type": "log", "dtick": 1},
-        **{**LAYOUT, "hovermode": "closest"},
+        hovermode="closest",
     )
-    return figure
 
 
 def concentration_figure(frequencies: pd.DataFrame) -> go.Figure:
@@ -111,10 +112,10 @@ def concentration_figure(frequencies: pd.DataFrame) -> go.Figure:
         name="even reuse",
         line={"color": COLORS["alarm"], "dash": "dash"},
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title="How concentrated reuse is",
         xaxis={"title": "most-hit share of cached blocks", "tickformat": ".0%"},
         yaxis={"title": "share of all hits", "tickformat": ".0%", "range": [0, 1.02]},
-        **{**LAYOUT, "hovermode": "closest"},
+        hovermode="closest",
     )
-    return figure

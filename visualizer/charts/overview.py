@@ -1,11 +1,53 @@
-"""Overview charts beyond the hit ratio: block events and the run's integrity over time."""
+"""Overview charts: hit ratio, requests and evictions, block events, tokens saved and the run's
+integrity over time."""
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import COLORS, LAYOUT
+from visualizer.charts.theme import COLORS, LAYOUT, RATIO_AXIS, styled, two_axes_figure
+
+
+def hit_rate_figure(buckets: pd.DataFrame) -> go.Figure:
+    """Token and block hit ratio per time bucket (buckets with no admitted request are gaps)."""
+    admitted = buckets[buckets["requests"] > 0]
+    figure = go.Figure()
+    for unit, name, line in (
+        ("tokens", "by tokens", {"color": COLORS["tokens"]}),
+        ("blocks", "by blocks", {"color": COLORS["blocks"], "dash": "dot"}),
+    ):
+        ratio = admitted[f"hit_{unit}"] / admitted[f"prompt_{unit}"]
+        figure.add_scatter(x=admitted["t_s"], y=ratio, name=name, mode="lines+markers", line=line)
+    return styled(
+        figure,
+        title="Prefix-cache hit ratio over time",
+        xaxis_title="time (s)",
+        yaxis=RATIO_AXIS,
+    )
+
+
+def activity_figure(buckets: pd.DataFrame) -> go.Figure:
+    """Blocks evicted (bars) and requests admitted (line, right axis) per time bucket: the
+    two differ by orders of magnitude, so each gets its own axis."""
+    return two_axes_figure(
+        go.Bar(
+            x=buckets["t_s"],
+            y=buckets["evictions"],
+            name="blocks evicted",
+            marker_color=COLORS["evictions"],
+        ),
+        go.Scatter(
+            x=buckets["t_s"],
+            y=buckets["requests"],
+            name="requests admitted",
+            mode="lines+markers",
+            line={"color": COLORS["tokens"]},
+        ),
+        title="Requests and evictions over time",
+        left_title="blocks evicted per bucket",
+        right_title="requests per bucket",
+    )
 
 
 def block_events_figure(points: pd.DataFrame) -> go.Figure:
@@ -19,38 +61,30 @@ def block_events_figure(points: pd.DataFrame) -> go.Figure:
         figure.add_scatter(
             x=points["t_s"], y=points[column], name=name, mode="lines", line={"color": color}
         )
-    figure.update_layout(
+    return styled(
+        figure,
         title="Block hits, stores, evictions",
         xaxis_title="time (s)",
         yaxis_title="blocks per point",
-        **LAYOUT,
     )
-    return figure
 
 
 def tokens_saved_figure(points: pd.DataFrame) -> go.Figure:
     """Prompt tokens served from the cache and computed, per point, stacked."""
+    computed = points["prompt_tokens"] - points["hit_tokens"]
     figure = go.Figure()
-    figure.add_bar(
-        x=points["t_s"],
-        y=points["hit_tokens"],
-        name="served from the prefix cache",
-        marker_color=COLORS["tokens"],
-    )
-    figure.add_bar(
-        x=points["t_s"],
-        y=points["prompt_tokens"] - points["hit_tokens"],
-        name="computed (prefill)",
-        marker_color=COLORS["free_uncached"],
-    )
-    figure.update_layout(
+    for tokens, name, color in (
+        (points["hit_tokens"], "served from the prefix cache", COLORS["tokens"]),
+        (computed, "computed (prefill)", COLORS["free_uncached"]),
+    ):
+        figure.add_bar(x=points["t_s"], y=tokens, name=name, marker_color=color)
+    return styled(
+        figure,
         title="Prompt tokens: cached vs computed",
         xaxis_title="time (s)",
         yaxis_title="tokens per point",
         barmode="stack",
-        **LAYOUT,
     )
-    return figure
 
 
 def integrity_figure(points: pd.DataFrame) -> go.Figure:
@@ -58,25 +92,18 @@ def integrity_figure(points: pd.DataFrame) -> go.Figure:
     collisions, dropped = int(points["collisions"].sum()), int(points["dropped_events"].sum())
     highest = max(int(points["collisions"].max()), int(points["dropped_events"].max()), 1)
     figure = go.Figure()
-    figure.add_scatter(
-        x=points["t_s"],
-        y=points["collisions"],
-        name="collisions",
-        mode="lines+markers",
-        line={"color": COLORS["in_use"]},
-    )
-    figure.add_scatter(
-        x=points["t_s"],
-        y=points["dropped_events"],
-        name="dropped events",
-        mode="lines+markers",
-        line={"color": COLORS["alarm"], "dash": "dot"},
-    )
-    figure.update_layout(
+    for column, name, line in (
+        ("collisions", "collisions", {"color": COLORS["in_use"]}),
+        ("dropped_events", "dropped events", {"color": COLORS["alarm"], "dash": "dot"}),
+    ):
+        figure.add_scatter(
+            x=points["t_s"], y=points[column], name=name, mode="lines+markers", line=line
+        )
+    return styled(
+        figure,
         title=f"Integrity: {collisions:,} collisions, {dropped:,} dropped events",
         xaxis_title="time (s)",
         yaxis={"title": "per point", "range": [0, highest * 1.1]},
         height=380,
-        **{**LAYOUT, "legend": {"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0}},
+        legend=LAYOUT["legend"] | {"y": -0.3},
     )
-    return figure

@@ -6,11 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import LAYOUT
-from visualizer.charts.palette import category_colors
+from visualizer.charts.theme import ROOT_COLOR, category_colors, styled
 
 ROOT_ID = "all"
-ROOT_COLOR = "#eeeeee"
 COLOR_BY = ("tenant", "adapter", "age")
 MAX_DEPTH = 6
 
@@ -36,6 +34,22 @@ def tree_depth(nodes: pd.DataFrame) -> int:
     return max(depths.values())
 
 
+def _node_colors(
+    nodes: pd.DataFrame, categories: pd.Series, color_by: str
+) -> tuple[dict[str, object], dict[str, str]]:
+    """The icicle's marker (root first), and its colour key: label -> colour, none by age."""
+    if color_by == "age":
+        scale = {
+            "colors": [None, *nodes["first_stored_s"]],
+            "colorscale": "Viridis",
+            "showscale": True,
+            "colorbar": {"title": {"text": "first stored (s)"}},
+        }
+        return scale, {}
+    legend = category_colors(categories)
+    return {"colors": [ROOT_COLOR, *(legend[label] for label in categories)]}, legend
+
+
 def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> go.Figure:
     """Nodes of `prefix_tree.merge_unbranched` (or single blocks, `blocks` = 1) as an icicle
     under one root; click a node to zoom into its subtree."""
@@ -49,19 +63,8 @@ def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> g
     tenants = nodes["tenant"].fillna("(none)").astype(str)
     adapters = nodes["lora"].fillna("(none)").astype(str)
     tokens = (nodes["block_position"] + 1) * block_size
-    marker: dict[str, object]
-    legend: dict[str, str] = {}
-    if color_by == "age":
-        marker = {
-            "colors": [None, *nodes["first_stored_s"]],
-            "colorscale": "Viridis",
-            "showscale": True,
-            "colorbar": {"title": {"text": "first stored (s)"}},
-        }
-    else:
-        categories = tenants if color_by == "tenant" else adapters
-        legend = category_colors(categories)
-        marker = {"colors": [ROOT_COLOR, *(legend[label] for label in categories)]}
+    categories = tenants if color_by == "tenant" else adapters
+    marker, legend = _node_colors(nodes, categories, color_by)
     figure = go.Figure(
         go.Icicle(
             ids=[ROOT_ID, *nodes["block_hash"]],
@@ -83,16 +86,17 @@ def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> g
         )
     )
     for label, color in legend.items():
-        if label and label in set(tenants if color_by == "tenant" else adapters):
+        if label and label in set(categories):
             figure.add_scatter(
                 x=[None], y=[None], mode="markers", name=label, marker={"color": color, "size": 12}
             )
-    figure.update_layout(
+    return styled(
+        figure,
         title=f"Prefix tree: height = hits, colour = {color_by}",
         xaxis={"visible": False},
         yaxis={"visible": False},
         height=620,
         showlegend=bool(legend),
-        **{**LAYOUT, "hovermode": "closest", "margin": {"l": 10, "r": 10, "t": 60, "b": 10}},
+        hovermode="closest",
+        margin={"l": 10, "r": 10, "t": 60, "b": 10},
     )
-    return figure

@@ -5,44 +5,32 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import COLORS, LAYOUT
+from visualizer.charts.theme import COLORS, LAYOUT, styled, two_axes_figure
 
 
 def savings_over_time_figure(series: pd.DataFrame) -> go.Figure:
     """GPU-seconds saved per point (bars) and GB held by cached blocks (line, right axis)."""
-    figure = go.Figure()
-    figure.add_bar(
-        x=series["t_s"],
-        y=series["gpu_seconds_saved"],
-        name="GPU-seconds saved",
-        marker_color=COLORS["tokens"],
-        customdata=series["dollars_saved"],
-        hovertemplate="%{y:.3g} GPU-s saved ($%{customdata:.3g})<extra></extra>",
-    )
-    figure.add_scatter(
-        x=series["t_s"],
-        y=series["gb_held"],
-        name="GB held by cached blocks",
-        mode="lines",
-        yaxis="y2",
-        line={"color": COLORS["cached_free"]},
-        hovertemplate="%{y:.3g} GB held<extra></extra>",
-    )
-    figure.update_layout(
+    return two_axes_figure(
+        go.Bar(
+            x=series["t_s"],
+            y=series["gpu_seconds_saved"],
+            name="GPU-seconds saved",
+            marker_color=COLORS["tokens"],
+            customdata=series["dollars_saved"],
+            hovertemplate="%{y:.3g} GPU-s saved ($%{customdata:.3g})<extra></extra>",
+        ),
+        go.Scatter(
+            x=series["t_s"],
+            y=series["gb_held"],
+            name="GB held by cached blocks",
+            mode="lines",
+            line={"color": COLORS["cached_free"]},
+            hovertemplate="%{y:.3g} GB held<extra></extra>",
+        ),
         title="Compute saved vs memory held",
-        xaxis_title="time (s)",
-        yaxis={"title": "GPU-seconds saved per point", "rangemode": "tozero"},
-        yaxis2={
-            "title": "GB held",
-            "overlaying": "y",
-            "tickmode": "auto",
-            "side": "right",
-            "rangemode": "tozero",
-            "showgrid": False,
-        },
-        **{**LAYOUT, "margin": {"l": 60, "r": 60, "t": 60, "b": 40}},
+        left_title="GPU-seconds saved per point",
+        right_title="GB held",
     )
-    return figure
 
 
 def saved_vs_held_figure(priced: pd.DataFrame, label_column: str, title: str) -> go.Figure:
@@ -68,18 +56,15 @@ def saved_vs_held_figure(priced: pd.DataFrame, label_column: str, title: str) ->
         customdata=priced["gb_hours_held"],
         hovertemplate="%{y}: $%{x:.3g} of memory (%{customdata:.3g} GB-h)<extra></extra>",
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title=title,
         xaxis_title="dollars",
         yaxis={"type": "category", "autorange": "reversed", "automargin": True},
         barmode="group",
         height=max(360, 44 * len(priced) + 160),
-        **{
-            **LAYOUT,
-            "hovermode": "closest",
-            # Under the axis title whatever the chart's height: pinned to the container.
-            "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
-            "margin": {"l": 60, "r": 20, "t": 60, "b": 80},
-        },
+        hovermode="closest",
+        # Under the axis title whatever the chart's height: pinned to the container.
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+        margin=LAYOUT["margin"] | {"b": 80},
     )
-    return figure

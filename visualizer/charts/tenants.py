@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import COLORS, LAYOUT
+from visualizer.charts.theme import COLORS, right_axis, styled
 
 
 def usage_label(usage: pd.DataFrame) -> pd.Series:
@@ -33,14 +33,14 @@ def tenant_tokens_figure(usage: pd.DataFrame) -> go.Figure:
         name="computed",
         marker_color=COLORS["free_uncached"],
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title="Prompt tokens per tenant",
         xaxis={"title": "", "type": "category"},
         yaxis_title="tokens",
         barmode="stack",
-        **{**LAYOUT, "hovermode": "closest"},
+        hovermode="closest",
     )
-    return figure
 
 
 def blocks_held_figure(usage: pd.DataFrame) -> go.Figure:
@@ -62,22 +62,15 @@ def blocks_held_figure(usage: pd.DataFrame) -> go.Figure:
         yaxis="y2",
         offsetgroup=1,
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title="Cache held and filled per tenant",
         xaxis={"title": "", "type": "category"},
         yaxis={"title": "blocks held (mean)", "rangemode": "tozero"},
-        yaxis2={
-            "title": "blocks stored",
-            "overlaying": "y",
-            "tickmode": "auto",
-            "side": "right",
-            "rangemode": "tozero",
-            "showgrid": False,
-        },
         barmode="group",
-        **{**LAYOUT, "hovermode": "closest", "margin": {"l": 60, "r": 60, "t": 60, "b": 40}},
+        hovermode="closest",
+        **right_axis("blocks stored"),
     )
-    return figure
 
 
 def sharing_figure(cross: pd.DataFrame) -> go.Figure:
@@ -102,11 +95,11 @@ def sharing_figure(cross: pd.DataFrame) -> go.Figure:
             colorbar={"title": {"text": "block hits"}},
         )
     )
-    figure.update_layout(
+    return styled(
+        figure,
         title="Who hits whose cached blocks",
         xaxis={"title": "hit by tenant", "type": "category"},
         yaxis={"title": "stored by tenant", "type": "category"},
         height=max(320, 70 * len(grid.index) + 160),
-        **{**LAYOUT, "hovermode": "closest"},
+        hovermode="closest",
     )
-    return figure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts import COLORS, LAYOUT
+from visualizer.charts.theme import COLORS, styled
 
 
 def vllm_kv_activity_figure(activity: pd.DataFrame) -> go.Figure:
@@ -28,11 +28,10 @@ def vllm_kv_activity_figure(activity: pd.DataFrame) -> go.Figure:
             line={"color": COLORS["alarm"], "dash": "dash"},
             annotation_text="cache cleared",
         )
-    figure.update_layout(
+    return styled(
+        figure,
         title="What vLLM's KV events reported over time",
         xaxis_title="time since the first batch (s)",
         yaxis_title="blocks (removed below zero)",
         barmode="relative",
-        **LAYOUT,
     )
-    return figure

@@ -9,10 +9,11 @@ from typing import Any
 
 import streamlit as st
 
-from visualizer import controls
-from visualizer.advisor_charts import chart_data, chart_figure
+from visualizer.charts.advisor import chart_data, chart_figure
 from visualizer.downloads import show_chart
-from visualizer.run_source import connect, current_run
+from visualizer.metrics import metric_row
+from visualizer.run_source import current_run, open_run
+from visualizer.sidebar import controls
 
 
 @st.cache_data(max_entries=8, show_spinner="Running the advisor's rules ...")
@@ -22,13 +23,13 @@ def _advice(
     """The advice document and the what-if curves for one run and one set of assumptions."""
     from collector.advisor import RunContext, advise
     from collector.advisor.curves import whatif_curves
-    from collector.advisor.report import to_document
-    from collector.kv_memory import GpuMemory, KVSpec
-    from collector.whatif import read_results
+    from collector.advisor.formats import to_document
+    from collector.model.kv_memory import GpuMemory, KVSpec
+    from collector.replay.whatif import read_results
 
     del modified_ns  # part of the cache key: a rewritten run is advised afresh
     context = RunContext(
-        connect(Path(path)),
+        open_run(Path(path)),
         Path(path),
         KVSpec(**spec),
         GpuMemory(*gpu) if gpu else None,
@@ -42,7 +43,7 @@ def _advice(
 
 def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
     """The KV spec, GPU and what-if folder the figures assume; the user can change each."""
-    from collector.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+    from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
 
     with st.expander("Assumptions: model KV spec, GPU, what-if sweep", expanded=False):
         first, second, third = st.columns(3)
@@ -92,11 +93,14 @@ def render() -> None:
         f"{spec['name']} with a {spec['dtype']} KV cache. The advice covers the whole run "
         "(the time filter does not apply here)."
     )
-    first, second, third = st.columns(3)
-    first.metric("Suggestions", len(suggestions))
-    second.metric("High severity", sum(entry["severity"] == "high" for entry in suggestions))
     gain = max((entry["gain_tokens"] for entry in suggestions), default=0.0)
-    third.metric("Largest predicted gain", f"{gain:,.0f} tokens")
+    metric_row(
+        {
+            "Suggestions": str(len(suggestions)),
+            "High severity": str(sum(entry["severity"] == "high" for entry in suggestions)),
+            "Largest predicted gain": f"{gain:,.0f} tokens",
+        }
+    )
     curves = result["curves"]
     show_chart(chart_figure(curves), chart_data(curves), key="advisor_whatif_curves")
     for entry in suggestions:

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import streamlit as st
 
-from collector import activity, collisions
-from visualizer import controls
+from collector.queries import activity, collisions
 from visualizer.charts.collisions import collision_checks_figure
 from visualizer.downloads import show_chart
-from visualizer.time_filter import window_caption
+from visualizer.sidebar import controls
+from visualizer.sidebar.time_filter import window_caption
 
 
 def render() -> None:
-    connection, window = controls.render()
-    check = collisions.collision_check(connection, window)
+    run, window = controls.render()
+    check = collisions.collision_check(run, window)
     st.title("Collisions")
     st.caption(
-        f"Showing {window_caption(window, connection)}. A collision is a wrong reuse: a "
+        f"Showing {window_caption(window, run)}. A collision is a wrong reuse: a "
         "block hash matched but the block's content (an independent fingerprint of parent, "
         "tokens and extra keys) did not, so a request was served another prompt's KV."
     )
@@ -32,7 +32,7 @@ def render() -> None:
         st.success(f"No collisions: 0 in {checked:,} block hits checked (hash: {algorithm}).")
     else:
         st.error(f"{found:,} collisions in {checked:,} block hits checked (hash: {algorithm}).")
-    points = activity.figures_over_time(connection, window)
+    points = activity.figures_over_time(run, window)
     if points.empty:
         return
     show_chart(
@@ -40,7 +40,7 @@ def render() -> None:
         points[["t_s", "block_hits", "collisions"]],
         key="collisions_checks",
     )
-    rows = collisions.collision_rows(connection, window)
+    rows = collisions.collision_rows(run, window)
     if not rows.empty:
         st.subheader("Every collision")
         st.dataframe(rows, hide_index=True, key="collisions_table")

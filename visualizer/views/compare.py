@@ -9,16 +9,19 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from collector import activity, comparison, queries
-from collector.store import StoreError
-from collector.time_window import time_grid
-from visualizer import controls, session
+from collector.model import comparison
+from collector.queries import activity
+from collector.queries.config import run_config
+from collector.queries.timeline import time_grid
+from collector.store.run_file import StoreError
+from visualizer import session
 from visualizer.charts import comparison as comparison_charts
-from visualizer.charts.palette import VERDICT_COLORS
+from visualizer.charts.theme import DIFFERS_COLOR, VERDICT_COLORS, table_shade
 from visualizer.downloads import show_chart
-from visualizer.run_picker import FOLDER_KEY
-from visualizer.run_source import connect, current_run, runs_in_folder
-from visualizer.time_filter import window_caption
+from visualizer.run_source import current_run, open_run, runs_in_folder
+from visualizer.sidebar import controls
+from visualizer.sidebar.run_picker import FOLDER_KEY
+from visualizer.sidebar.time_filter import window_caption
 
 SECOND_RUN_KEY = "compare_run"
 
@@ -41,7 +44,7 @@ def render() -> None:
         )
     )
     try:
-        second = connect(second_path)
+        second = open_run(second_path)
     except StoreError as error:
         st.error(f"Cannot compare with this run. {error}")
         return
@@ -50,7 +53,7 @@ def render() -> None:
         f"Both runs over the same seconds of their clocks: {window_caption(window, first)} "
         f"for the first, {window_caption(second_window, second)} for the second."
     )
-    first_config, second_config = queries.run_config(first), queries.run_config(second)
+    first_config, second_config = run_config(first), run_config(second)
     table = comparison.compare_figures(
         activity.window_figures(first, window),
         activity.window_figures(second, second_window),
@@ -63,12 +66,10 @@ def render() -> None:
     with right:
         first_points = activity.figures_over_time(first, window)
         second_points = activity.figures_over_time(second, second_window)
-        figure = comparison_charts.hit_ratio_comparison_figure(
-            first_points, second_points, first_path.name, second_path.name
-        )
-        both = pd.concat(
-            [first_points.assign(run=first_path.name), second_points.assign(run=second_path.name)]
-        )
+        labels = _labels(first_path, second_path)
+        points = dict(zip(labels, (first_points, second_points), strict=True))
+        figure = comparison_charts.hit_ratio_comparison_figure(points)
+        both = pd.concat([frame.assign(run=label) for label, frame in points.items()])
         show_chart(figure, both, key="compare_hit_ratio")
     st.subheader("Figures")
     st.dataframe(_highlighted(table), hide_index=True, height=_fit(len(table)), key="compare_table")
@@ -80,6 +81,13 @@ def render() -> None:
         height=_fit(len(settings)),
         key="compare_settings",
     )
+
+
+def _labels(first: Path, second: Path) -> tuple[str, str]:
+    """The runs' file names, or their paths where the names are the same."""
+    if first.name == second.name:
+        return str(first), str(second)
+    return first.name, second.name
 
 
 def _fit(rows: int) -> int:
@@ -138,15 +146,14 @@ def _highlighted(table: pd.DataFrame) -> Any:
 
     def shade(row: pd.Series) -> list[str]:
         verdict = str(row["verdict"])
-        color = VERDICT_COLORS[verdict] if verdict in ("better", "worse") else ""
-        return [f"background-color: {color}33" if color else ""] * len(row)
+        shaded = verdict in ("better", "worse")
+        return [table_shade(VERDICT_COLORS[verdict]) if shaded else ""] * len(row)
 
     return shown.style.apply(shade, axis=1)
 
 
 def _differing(row: pd.Series) -> list[str]:
-    shade = "background-color: #ff7f0e33" if row["differs"] else ""
-    return [shade] * len(row)
+    return [table_shade(DIFFERS_COLOR) if row["differs"] else ""] * len(row)
 
 
 if __name__ == "__main__":

@@ -5,28 +5,32 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from collector import activity, queries
-from visualizer import charts, controls
+from collector.queries import activity
+from collector.queries.config import run_config
+from collector.queries.pool import free_block_extremes, low_free_periods, pool_timeline
+from visualizer.charts.free_blocks import free_blocks_figure
 from visualizer.downloads import show_chart
-from visualizer.time_filter import window_caption
+from visualizer.metrics import metric_row
+from visualizer.sidebar import controls
+from visualizer.sidebar.time_filter import window_caption
 
 ALARM_FRACTION = 0.10
 MARKER_POINTS = 400
 
 
 def render() -> None:
-    connection, window = controls.render()
-    config = queries.run_config(connection)
+    run, window = controls.render()
+    config = run_config(run)
     num_usable = int(config["num_blocks"]) - 1
-    timeline = queries.pool_timeline(connection, window=window)
-    low_periods = queries.low_free_periods(connection, ALARM_FRACTION, window)
-    points = activity.figures_over_time(connection, window, max_points=MARKER_POINTS)
+    timeline = pool_timeline(run, window=window)
+    low_periods = low_free_periods(run, ALARM_FRACTION, window)
+    points = activity.figures_over_time(run, window, max_points=MARKER_POINTS)
     st.title("Free-block timeline")
-    st.caption(f"Showing {window_caption(window, connection)}.")
+    st.caption(f"Showing {window_caption(window, run)}.")
     if timeline.empty:
         st.info("No pool snapshot in this time range.")
         return
-    figure = charts.free_blocks_figure(
+    figure = free_blocks_figure(
         timeline,
         evictions=_marks(points, "evictions"),
         preemptions=_marks(points, "preemptions"),
@@ -40,13 +44,16 @@ def render() -> None:
         "free with no cached content. The dashed line is 10 % free; shaded stretches are "
         "under it. Triangles mark evictions, crosses preemptions."
     )
-    extremes = queries.free_block_extremes(connection, ALARM_FRACTION, window)
+    extremes = free_block_extremes(run, ALARM_FRACTION, window)
     time_low = float((low_periods["end_s"] - low_periods["start_s"]).sum())
-    first, second, third, fourth = st.columns(4)
-    first.metric("Fewest free blocks", f"{extremes['min_free_blocks']:,} of {num_usable:,}")
-    second.metric("Stretches under 10 % free", f"{len(low_periods):,}")
-    third.metric("Time under 10 % free", f"{time_low:.1f} s")
-    fourth.metric("Steps under 10 % free", f"{extremes['low_free_step_share']:.1%}")
+    metric_row(
+        {
+            "Fewest free blocks": f"{extremes['min_free_blocks']:,} of {num_usable:,}",
+            "Stretches under 10 % free": f"{len(low_periods):,}",
+            "Time under 10 % free": f"{time_low:.1f} s",
+            "Steps under 10 % free": f"{extremes['low_free_step_share']:.1%}",
+        }
+    )
     if not low_periods.empty:
         st.dataframe(low_periods, hide_index=True, key="free_blocks_low_periods")
 

@@ -5,41 +5,45 @@ from __future__ import annotations
 
 import streamlit as st
 
-from collector import hotspots
-from collector.time_window import time_grid
-from visualizer import controls
+from collector.queries import hotspots
+from collector.queries.timeline import time_grid
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.downloads import show_chart
-from visualizer.time_filter import window_caption
+from visualizer.metrics import metric_row
+from visualizer.sidebar import controls
+from visualizer.sidebar.time_filter import window_caption
 
 TOP_BLOCKS = 20
 
 
 def render() -> None:
-    connection, window = controls.render()
+    run, window = controls.render()
     st.title("Hotspots")
-    st.caption(f"Showing {window_caption(window, connection)}.")
-    heat = hotspots.block_heatmap(connection, window)
+    st.caption(f"Showing {window_caption(window, run)}.")
+    heat = hotspots.block_heatmap(run, window)
     if heat.empty:
         st.info("No block was hit, stored or evicted in this time range.")
         return
     measure = st.radio(
         "Heatmap shows", hotspots.HEAT_MEASURES, horizontal=True, key="hotspots_measure"
     )
-    figure = hotspot_charts.heatmap_figure(heat, measure, time_grid(connection).block_bin_size)
+    figure = hotspot_charts.heatmap_figure(heat, measure, time_grid(run).block_bin_size)
     show_chart(figure, heat, key="hotspots_heatmap")
-    frequencies = hotspots.hit_count_frequencies(connection, window)
+    frequencies = hotspots.hit_count_frequencies(run, window)
     skew = hotspots.reuse_skew(frequencies)
-    first, second, third, fourth = st.columns(4)
-    first.metric("Blocks cached in this range", f"{skew['blocks']:,}")
-    second.metric("Hits to the top 1 % of them", f"{skew['top_1pct_hit_share']:.1%}")
-    third.metric("Hits to the top 10 %", f"{skew['top_10pct_hit_share']:.1%}")
-    fourth.metric("Never hit while cached", f"{skew['never_hit_share']:.1%}")
+    metric_row(
+        {
+            "Blocks cached in this range": f"{skew['blocks']:,}",
+            "Hits to the top 1 % of them": f"{skew['top_1pct_hit_share']:.1%}",
+            "Hits to the top 10 %": f"{skew['top_10pct_hit_share']:.1%}",
+            "Never hit while cached": f"{skew['never_hit_share']:.1%}",
+        }
+    )
     st.caption(
         "Reuse counts each time a block was cached (stored), with the hits it got before it "
         "was evicted or the run ended; the most-hit blocks below count hits in this range."
     )
-    top = hotspots.top_blocks(connection, window, TOP_BLOCKS)
+    top = hotspots.top_blocks(run, window, TOP_BLOCKS)
     histogram = hotspots.hit_count_histogram(frequencies)
     left, right = st.columns(2)
     with left:

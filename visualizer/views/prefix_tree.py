@@ -7,16 +7,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import duckdb
 import pandas as pd
 import streamlit as st
 
-from collector import prefix_tree, queries, token_text
-from collector.time_window import TimeWindow
-from visualizer import controls
+from collector.model.time_window import TimeWindow
+from collector.queries import prefix_tree
+from collector.queries.config import run_config
+from collector.store.run_file import RunFile
+from visualizer import token_text
 from visualizer.charts.prefix_tree import COLOR_BY, node_label, prefix_tree_figure
 from visualizer.downloads import show_chart
-from visualizer.time_filter import window_caption
+from visualizer.metrics import metric_row
+from visualizer.sidebar import controls
+from visualizer.sidebar.time_filter import window_caption
 
 CHART_KEY = "prefix_tree_chart"
 NODE_KEY = "prefix_tree_node"
@@ -27,11 +30,11 @@ HISTORY_ROWS = 500
 
 
 def render() -> None:
-    connection, window = controls.render()
-    block_size = int(queries.run_config(connection)["block_size"])
+    run, window = controls.render()
+    block_size = int(run_config(run)["block_size"])
     st.title("Prefix tree")
     st.caption(
-        f"Showing {window_caption(window, connection)}. Each node is a cached block (or a run "
+        f"Showing {window_caption(window, run)}. Each node is a cached block (or a run "
         "of them); its height is its hits, its children the blocks that followed it in some "
         "prompt. Click a node to zoom into it and see its history below."
     )
@@ -46,7 +49,7 @@ def render() -> None:
         key="prefix_tree_merge",
         help="One node per run of blocks where each has one child with as many hits",
     )
-    blocks = prefix_tree.tree_nodes(connection, window, size)
+    blocks = prefix_tree.tree_nodes(run, window, size)
     if blocks.empty:
         st.info("No block was hit in this time range.")
         return
@@ -59,8 +62,8 @@ def render() -> None:
         selection_mode="points",
     )
     chosen = _node_picker(drawn)
-    _node_details(connection, window, drawn[drawn["block_hash"] == chosen].iloc[0], block_size)
-    _hottest_prefixes(connection, blocks, drawn, block_size)
+    _node_details(run, window, drawn[drawn["block_hash"] == chosen].iloc[0], block_size)
+    _hottest_prefixes(run, blocks, drawn, block_size)
 
 
 def _clicked() -> None:
@@ -93,11 +96,9 @@ def _node_picker(drawn: pd.DataFrame) -> str:
     return str(chosen)
 
 
-def _node_details(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow, node: pd.Series, block_size: int
-) -> None:
+def _node_details(run: RunFile, window: TimeWindow, node: pd.Series, block_size: int) -> None:
     block = str(node["block_hash"])
-    summary = prefix_tree.node_summary(connection, int(block, 16), window)
+    summary = prefix_tree.node_summary(run, int(block, 16), window)
     st.subheader(f"Block {block}")
     st.caption(
         f"{node_label(int(node['first_position']), int(node['block_position']))} of the "
@@ -106,14 +107,17 @@ def _node_details(
         f"{summary['tenant'] or '(none)'}, adapter {summary['lora'] or '(none)'}); "
         f"cached {summary['cached_s']:,.1f} s over the whole run."
     )
-    first, second, third, fourth, fifth, sixth = st.columns(6)
-    first.metric("Hits", f"{summary['hits']:,}")
-    second.metric("Requests", f"{summary['requests']:,}")
-    third.metric("Times evicted", f"{summary['evictions']:,}")
-    fourth.metric("Times re-stored", f"{summary['restores']:,}")
-    fifth.metric("First use", _seconds(summary["first_use_s"]))
-    sixth.metric("Last use", _seconds(summary["last_use_s"]))
-    history = prefix_tree.node_history(connection, int(block, 16), window, HISTORY_ROWS)
+    metric_row(
+        {
+            "Hits": f"{summary['hits']:,}",
+            "Requests": f"{summary['requests']:,}",
+            "Times evicted": f"{summary['evictions']:,}",
+            "Times re-stored": f"{summary['restores']:,}",
+            "First use": _seconds(summary["first_use_s"]),
+            "Last use": _seconds(summary["last_use_s"]),
+        }
+    )
+    history = prefix_tree.node_history(run, int(block, 16), window, HISTORY_ROWS)
     st.dataframe(history, hide_index=True, key="prefix_tree_history")
     if len(history) == HISTORY_ROWS:
         st.caption(f"The first {HISTORY_ROWS} hits, stores and evictions in the range.")
@@ -124,7 +128,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _hottest_prefixes(
-    connection: duckdb.DuckDBPyConnection,
+    run: RunFile,
     blocks: pd.DataFrame,
     drawn: pd.DataFrame,
     block_size: int,
@@ -141,7 +145,7 @@ def _hottest_prefixes(
         key=TOKENIZER_KEY,
     )
     tokenizer = _tokenizer(name)
-    recorded = prefix_tree.has_token_ids(connection)
+    recorded = prefix_tree.has_token_ids(run)
     if not recorded or tokenizer is None:
         why = (
             "the run did not record token ids (replay with --record-token-ids)"
@@ -156,7 +160,7 @@ def _hottest_prefixes(
         )
         return
     chains = [prefix_tree.chain_to(blocks, block) for block in hottest["block_hash"]]
-    prefixes = prefix_tree.prefix_token_ids(connection, chains)
+    prefixes = prefix_tree.prefix_token_ids(run, chains)
     for block, position, hits, ids in zip(
         hottest["block_hash"], hottest["block_position"], hottest["hits"], prefixes, strict=True
     ):

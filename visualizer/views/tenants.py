@@ -6,21 +6,23 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from collector import queries, roi, tenants
-from visualizer import controls
+from collector.model import cost
+from collector.queries import tenants
+from collector.queries.config import run_config
 from visualizer.charts import tenants as tenant_charts
 from visualizer.cost_inputs import current_cost_model
 from visualizer.downloads import show_chart
-from visualizer.time_filter import window_caption
+from visualizer.sidebar import controls
+from visualizer.sidebar.time_filter import window_caption
 
 
 def render() -> None:
-    connection, window = controls.render()
-    block_size = int(queries.run_config(connection)["block_size"])
+    run, window = controls.render()
+    block_size = int(run_config(run)["block_size"])
     model = current_cost_model()
-    usage = roi.price_prompts(tenants.tenant_usage(connection, window), model, block_size)
+    usage = cost.price_prompts(tenants.tenant_usage(run, window), model, block_size)
     st.title("Tenants & adapters")
-    st.caption(f"Showing {window_caption(window, connection)}.")
+    st.caption(f"Showing {window_caption(window, run)}.")
     if usage.empty:
         st.info("No request in this time range.")
         return
@@ -34,7 +36,7 @@ def render() -> None:
         f"Savings assumed: {model.compute_assumptions()} (edit them on the ROI page). "
         "Blocks are counted for the tenant and adapter of the request that stored them."
     )
-    cross = tenants.cross_tenant_hits(connection, window)
+    cross = tenants.cross_tenant_hits(run, window)
     st.subheader("Cross-tenant sharing")
     if cross.empty:
         st.info("No block hit in this time range.")

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-import duckdb
 import streamlit as st
 
-from collector import vllm_kv_queries
-from visualizer import controls, vllm_kv_charts
+from collector.queries import vllm_kv as vllm_kv_queries
+from collector.store.run_file import RunFile
+from visualizer.charts import vllm_kv as vllm_kv_charts
 from visualizer.downloads import show_chart
+from visualizer.metrics import metric_row
+from visualizer.sidebar import controls
 
 HOW_TO_COLLECT = """
 Start vLLM with its KV events on (ZMQ publisher, replay socket for lost batches), then point
@@ -48,10 +50,12 @@ LIMITS = """
   was told to record them for hash conflicts.
 """
 
+RESENT_HELP = "batches that PUB/SUB lost and vLLM's replay socket sent again"
+
 
 def render() -> None:
-    connection, _ = controls.render()  # vLLM's events are shown for the whole run
-    summary = vllm_kv_queries.vllm_kv_summary(connection)
+    run, _ = controls.render()  # vLLM's events are shown for the whole run
+    summary = vllm_kv_queries.vllm_kv_summary(run)
     st.title("vLLM's KV events")
     if summary["batches"] == 0 and summary["gaps"] == 0:
         st.info(
@@ -60,35 +64,38 @@ def render() -> None:
         )
         st.markdown(HOW_TO_COLLECT)
     else:
-        render_received(connection, summary)
+        render_received(run, summary)
     st.subheader("What vLLM's KV events cannot tell")
     st.markdown(LIMITS)
 
 
-def render_received(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) -> None:
+def render_received(run: RunFile, summary: dict[str, int]) -> None:
     """Counts, the activity chart, lost batches and hash conflicts of a run that has them."""
-    first, second, third, fourth = st.columns(4)
-    first.metric("Batches received", f"{summary['batches']:,}")
-    second.metric("Blocks stored", f"{summary['stored_blocks']:,}")
-    third.metric("Blocks removed", f"{summary['removed_blocks']:,}")
-    fourth.metric("Cache clears", f"{summary['clears']:,}")
-    first, second, third, fourth = st.columns(4)
-    first.metric("Batches lost", f"{summary['lost_batches']:,}")
-    second.metric(
-        "Resent by vLLM's replay",
-        f"{summary['replayed_batches']:,}",
-        help="batches that PUB/SUB lost and vLLM's replay socket sent again",
+    metric_row(
+        {
+            "Batches received": f"{summary['batches']:,}",
+            "Blocks stored": f"{summary['stored_blocks']:,}",
+            "Blocks removed": f"{summary['removed_blocks']:,}",
+            "Cache clears": f"{summary['clears']:,}",
+        }
     )
-    third.metric("Hash conflicts", f"{summary['conflicts']:,}")
-    fourth.metric("Published hashes", hash_width(summary))
+    metric_row(
+        {
+            "Batches lost": f"{summary['lost_batches']:,}",
+            "Resent by vLLM's replay": f"{summary['replayed_batches']:,}",
+            "Hash conflicts": f"{summary['conflicts']:,}",
+            "Published hashes": hash_width(summary),
+        },
+        {"Resent by vLLM's replay": RESENT_HELP},
+    )
     st.caption(
         f"From {summary['dp_ranks']} data-parallel rank(s); engine restarts seen: "
         f"{summary['publisher_restarts']} (vLLM numbers its batches from 0 again after one)."
     )
-    activity = vllm_kv_queries.vllm_kv_activity(connection)
+    activity = vllm_kv_queries.vllm_kv_activity(run)
     show_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), activity, key="vllm_kv_activity")
-    render_gaps(connection, summary)
-    render_conflicts(connection, summary)
+    render_gaps(run, summary)
+    render_conflicts(run, summary)
 
 
 def hash_width(summary: dict[str, int]) -> str:
@@ -99,7 +106,7 @@ def hash_width(summary: dict[str, int]) -> str:
     return "full" if summary["full_hash_blocks"] == blocks else "64-bit and full"
 
 
-def render_gaps(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) -> None:
+def render_gaps(run: RunFile, summary: dict[str, int]) -> None:
     st.subheader("Lost batches")
     if summary["gaps"] == 0:
         st.success(
@@ -112,10 +119,10 @@ def render_gaps(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) 
         "missing from this run. A gap from batch 0 means the collector started after the "
         "engine, beyond what vLLM's replay buffer still held."
     )
-    st.dataframe(vllm_kv_queries.vllm_kv_gaps(connection), hide_index=True, key="vllm_kv_gaps")
+    st.dataframe(vllm_kv_queries.vllm_kv_gaps(run), hide_index=True, key="vllm_kv_gaps")
 
 
-def render_conflicts(connection: duckdb.DuckDBPyConnection, summary: dict[str, int]) -> None:
+def render_conflicts(run: RunFile, summary: dict[str, int]) -> None:
     st.subheader("Hash conflicts")
     num_hashes = summary["distinct_stored_hashes"]
     if summary["conflicts"] == 0:
@@ -135,9 +142,7 @@ def render_conflicts(connection: duckdb.DuckDBPyConnection, summary: dict[str, i
         f"{summary['conflicts']:,}. vLLM keeps them apart by the full hash; a consumer "
         "keying on the published hash cannot tell them apart."
     )
-    st.dataframe(
-        vllm_kv_queries.vllm_kv_conflicts(connection), hide_index=True, key="vllm_kv_conflicts"
-    )
+    st.dataframe(vllm_kv_queries.vllm_kv_conflicts(run), hide_index=True, key="vllm_kv_conflicts")
 
 
 if __name__ == "__main__":

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import duckdb
 import streamlit as st
 
-from collector.time_window import TimeWindow, time_grid
+from collector.model.time_window import TimeWindow
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from visualizer import session
 
 RANGE_KEY = "time_range"
 
 
-def render(connection: duckdb.DuckDBPyConnection) -> None:
+def render(run: RunFile) -> None:
     """The sidebar slider (seconds from the run's first record)."""
-    grid = time_grid(connection)
+    grid = time_grid(run)
     span = grid.span_s
     chosen = session.kept(RANGE_KEY)
     if not chosen or not 0 <= chosen[0] <= chosen[1] <= span:
@@ -31,16 +32,16 @@ def render(connection: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def selected_window(connection: duckdb.DuckDBPyConnection) -> TimeWindow:
+def selected_window(run: RunFile) -> TimeWindow:
     """The window the slider selects (the whole run before it is drawn)."""
-    grid = time_grid(connection)
+    grid = time_grid(run)
     chosen = session.kept(RANGE_KEY)
     return grid.window(*chosen) if chosen else grid.whole_run()
 
 
-def window_caption(window: TimeWindow, connection: duckdb.DuckDBPyConnection) -> str:
+def window_caption(window: TimeWindow, run: RunFile) -> str:
     """Which part of the run a page shows, in words."""
-    span = time_grid(connection).span_s
+    span = time_grid(run).span_s
 
     def seconds(value: float) -> str:
         return f"{value:,.1f}" if span >= 10 else f"{value:.3g}"

@@ -8,7 +8,7 @@ import streamlit as st
 
 from visualizer import session
 from visualizer.run_source import RUN_PATH_KEY, current_run, runs_in_folder
-from visualizer.time_filter import RANGE_KEY
+from visualizer.sidebar.time_filter import RANGE_KEY
 
 FOLDER_KEY = "run_folder"
 PICKER_KEY = "run_picker"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from collector.store import live_copy_path
+from collector.store.run_file import live_copy_path
 
 REFRESH_S = 3.0
 _SEEN_KEY = "live_copy_version"

@@ -1,0 +1,108 @@
+"""kvscope's one look: the layout every chart shares and every colour charts and tables use.
+
+One hex value per hue, mostly D3's category10 (Plotly's default colours) and its light tints;
+the names below say what each colour means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import plotly.graph_objects as go
+
+BLUE = "#1f77b4"
+LIGHT_BLUE = "#aec7e8"
+ORANGE = "#ff7f0e"
+GREEN = "#2ca02c"
+RED = "#d62728"
+PURPLE = "#9467bd"
+BROWN = "#8c564b"
+PINK = "#e377c2"
+GREY = "#7f7f7f"
+LIGHT_GREY = "#c7c7c7"
+PALE_GREY = "#eeeeee"
+OLIVE = "#bcbd22"
+CYAN = "#17becf"
+BLACK = "#000000"
+
+# What the block pool's and the requests' series are drawn in, on every page.
+COLORS = {
+    "in_use": RED,
+    "cached_free": BLUE,
+    "free_uncached": LIGHT_BLUE,
+    "tokens": GREEN,
+    "blocks": PURPLE,
+    "evictions": ORANGE,
+    "preemptions": BLACK,
+    "alarm": GREY,
+}
+# Runs, tenants, adapters, advisor series: one colour each, in this order. Red and grey come
+# last: they mean a problem and "nothing" elsewhere.
+CATEGORY_COLORS = (BLUE, ORANGE, GREEN, PURPLE, BROWN, PINK, CYAN, OLIVE, RED, GREY)
+# Line styles that keep runs apart where colour alone may not (print, colour blindness).
+RUN_DASHES = ("solid", "dot", "dash", "dashdot")
+NO_LABEL_COLOR = LIGHT_GREY
+ROOT_COLOR = PALE_GREY
+VERDICT_COLORS = {"better": GREEN, "worse": RED, "same": GREY, "": BLUE}
+DIFFERS_COLOR = ORANGE
+
+LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "margin": {"l": 60, "r": 20, "t": 60, "b": 40},
+    "legend": {"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0},
+    "hovermode": "x unified",
+}
+RATIO_AXIS = {"title": "hit ratio", "range": [0, 1], "tickformat": ".0%"}
+
+
+def styled(figure: go.Figure, **layout: Any) -> go.Figure:
+    """The figure with the shared layout, `layout`'s keys replacing it where given."""
+    figure.update_layout(**{**LAYOUT, **layout})
+    return figure
+
+
+def right_axis(title: str, **axis: Any) -> dict[str, Any]:
+    """Layout keys for a second y axis on the right (for a series of another magnitude), with
+    the room its title needs."""
+    yaxis2 = {
+        "title": title,
+        "overlaying": "y",
+        "tickmode": "auto",
+        "side": "right",
+        "rangemode": "tozero",
+        "showgrid": False,
+    }
+    return {"yaxis2": yaxis2 | axis, "margin": LAYOUT["margin"] | {"r": 60}}
+
+
+def two_axes_figure(
+    bars: go.Bar, series: go.Scatter, *, title: str, left_title: str, right_title: str, **right: Any
+) -> go.Figure:
+    """Bars per time point on the left axis, and a series of another magnitude on a right one
+    (`right`: that axis's settings beyond `right_axis`'s)."""
+    figure = go.Figure([bars, series.update(yaxis="y2")])
+    return styled(
+        figure,
+        title=title,
+        xaxis_title="time (s)",
+        yaxis={"title": left_title, "rangemode": "tozero"},
+        **right_axis(right_title, **right),
+    )
+
+
+def category_colors(labels: Iterable[str]) -> dict[str, str]:
+    """A colour per distinct label, in sorted order; "(none)" and "" are grey."""
+    distinct = sorted({label for label in labels if label not in ("(none)", "")})
+    colors = {label: nth_color(index) for index, label in enumerate(distinct)}
+    return colors | {"(none)": NO_LABEL_COLOR, "": NO_LABEL_COLOR}
+
+
+def nth_color(index: int) -> str:
+    """The colour of the index-th run or series."""
+    return CATEGORY_COLORS[index % len(CATEGORY_COLORS)]
+
+
+def table_shade(color: str) -> str:
+    """CSS for a table row or cell tinted with `color`."""
+    return f"background-color: {color}33"
