@@ -25,25 +25,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from collector import (
-    activity,
-    collisions,
-    comparison,
-    hotspots,
-    prefix_tree,
-    queries,
-    roi,
-    tenants,
-)
-from collector.block_manager import CacheSettings
-from collector.replay import ReplayOptions, replay
-from collector.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
-from collector.store import RunStore
-from collector.summary import run_summary
-from collector.time_window import TimeWindow, time_grid
-from collector.workload import WorkloadShape, generate, write_trace
+from collector.model import comparison, cost
+from collector.model.time_window import TimeWindow
+from collector.queries import activity, collisions, hotspots, prefix_tree, roi, tenants
+from collector.queries.config import run_config
+from collector.queries.pool import free_block_extremes, low_free_periods, pool_timeline
+from collector.queries.summary import run_summary
+from collector.queries.timeline import time_grid
+from collector.replay.block_manager import CacheSettings
+from collector.replay.replayer import ReplayOptions, replay
+from collector.replay.workload import WorkloadShape, generate, write_trace
+from collector.store.run_file import RunFile, RunStore
+from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 
 SECRET = b"kvscope-benchmark"
 Call = Callable[[], Any]
@@ -81,13 +74,11 @@ def build_run(cache: Path, copies: int) -> Path:
     return run
 
 
-def page_calls(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow, second: duckdb.DuckDBPyConnection
-) -> dict[str, dict[str, Call]]:
+def page_calls(store: RunFile, window: TimeWindow, second: RunFile) -> dict[str, dict[str, Call]]:
     """Per page, the collector calls it makes (as in visualizer/views/, default settings)."""
-    model = roi.CostModel()
+    model = cost.CostModel()
     block_size = 16
-    hot = prefix_tree.tree_nodes(connection, window, 1_000)
+    hot = prefix_tree.tree_nodes(store, window, 1_000)
     node = int(hot["block_hash"].iloc[len(hot) // 2], 16)
     merged = prefix_tree.merge_unbranched(hot)
     served = merged["hits"] * (merged["block_position"] + 1)
@@ -95,67 +86,67 @@ def page_calls(
     second_window = time_grid(second).window(window.start_s, window.end_s)
     return {
         "sidebar (every page)": {
-            "time_grid": lambda: time_grid(connection),
-            "run_config": lambda: queries.run_config(connection),
+            "time_grid": lambda: time_grid(store),
+            "run_config": lambda: run_config(store),
         },
         "overview": {
-            "window_figures": lambda: activity.window_figures(connection, window),
-            "figures_over_time": lambda: activity.figures_over_time(connection, window),
+            "window_figures": lambda: activity.window_figures(store, window),
+            "figures_over_time": lambda: activity.figures_over_time(store, window),
         },
         "hotspots": {
-            "block_heatmap": lambda: hotspots.block_heatmap(connection, window),
-            "hit_count_frequencies": lambda: hotspots.hit_count_frequencies(connection, window),
-            "top_blocks": lambda: hotspots.top_blocks(connection, window, 20),
+            "block_heatmap": lambda: hotspots.block_heatmap(store, window),
+            "hit_count_frequencies": lambda: hotspots.hit_count_frequencies(store, window),
+            "top_blocks": lambda: hotspots.top_blocks(store, window, 20),
         },
         "prefix tree": {
-            "tree_nodes (1,000)": lambda: prefix_tree.tree_nodes(connection, window, 1_000),
+            "tree_nodes (1,000)": lambda: prefix_tree.tree_nodes(store, window, 1_000),
             "merge_unbranched": lambda: prefix_tree.merge_unbranched(hot),
-            "node_summary": lambda: prefix_tree.node_summary(connection, node, window),
-            "node_history": lambda: prefix_tree.node_history(connection, node, window),
-            "has_token_ids": lambda: prefix_tree.has_token_ids(connection),
+            "node_summary": lambda: prefix_tree.node_summary(store, node, window),
+            "node_history": lambda: prefix_tree.node_history(store, node, window),
+            "has_token_ids": lambda: prefix_tree.has_token_ids(store),
             "prefix_token_ids (5)": lambda: prefix_tree.prefix_token_ids(
-                connection, [prefix_tree.chain_to(hot, block) for block in hottest["block_hash"]]
+                store, [prefix_tree.chain_to(hot, block) for block in hottest["block_hash"]]
             ),
         },
         "roi": {
-            "window_figures": lambda: activity.window_figures(connection, window),
-            "held_block_seconds": lambda: roi.held_block_seconds(connection, window),
-            "figures_over_time": lambda: activity.figures_over_time(connection, window),
-            "tenant_usage": lambda: roi.price_prompts(
-                tenants.tenant_usage(connection, window), model, block_size
+            "window_figures": lambda: activity.window_figures(store, window),
+            "held_block_seconds": lambda: roi.held_block_seconds(store, window),
+            "figures_over_time": lambda: activity.figures_over_time(store, window),
+            "tenant_usage": lambda: cost.price_prompts(
+                tenants.tenant_usage(store, window), model, block_size
             ),
-            "prefix_savings": lambda: roi.price_blocks(
-                roi.prefix_savings(connection, window, 15), model, block_size
+            "prefix_savings": lambda: cost.price_blocks(
+                roi.prefix_savings(store, window, 15), model, block_size
             ),
         },
         "free blocks": {
-            "pool_timeline": lambda: queries.pool_timeline(connection, window=window),
-            "low_free_periods": lambda: queries.low_free_periods(connection, 0.10, window),
+            "pool_timeline": lambda: pool_timeline(store, window=window),
+            "low_free_periods": lambda: low_free_periods(store, 0.10, window),
             "figures_over_time (400)": lambda: activity.figures_over_time(
-                connection, window, max_points=400
+                store, window, max_points=400
             ),
-            "free_block_extremes": lambda: queries.free_block_extremes(connection, 0.10, window),
+            "free_block_extremes": lambda: free_block_extremes(store, 0.10, window),
         },
         "collisions": {
-            "collision_check": lambda: collisions.collision_check(connection, window),
-            "figures_over_time": lambda: activity.figures_over_time(connection, window),
-            "collision_rows": lambda: collisions.collision_rows(connection, window),
+            "collision_check": lambda: collisions.collision_check(store, window),
+            "figures_over_time": lambda: activity.figures_over_time(store, window),
+            "collision_rows": lambda: collisions.collision_rows(store, window),
         },
         "tenants": {
-            "tenant_usage": lambda: tenants.tenant_usage(connection, window),
-            "cross_tenant_hits": lambda: tenants.cross_tenant_hits(connection, window),
+            "tenant_usage": lambda: tenants.tenant_usage(store, window),
+            "cross_tenant_hits": lambda: tenants.cross_tenant_hits(store, window),
         },
         "compare": {
             "window_figures x2": lambda: comparison.compare_figures(
-                activity.window_figures(connection, window),
+                activity.window_figures(store, window),
                 activity.window_figures(second, second_window),
             ),
             "figures_over_time x2": lambda: (
-                activity.figures_over_time(connection, window),
+                activity.figures_over_time(store, window),
                 activity.figures_over_time(second, second_window),
             ),
             "run_config x2": lambda: comparison.compare_settings(
-                queries.run_config(connection), queries.run_config(second)
+                run_config(store), run_config(second)
             ),
             "time_grid (second run)": lambda: time_grid(second),
         },
@@ -205,10 +196,9 @@ def main() -> None:
     run = build_run(args.cache, args.copies)
     sample = Path(__file__).resolve().parents[1] / "sample_data" / "run_block32.duckdb"
     store, second = RunStore.open(run), RunStore.open(sample)
-    connection = store.connection
-    summary = run_summary(connection)
+    summary = run_summary(store)
     tables = {
-        name: int((connection.execute(f"SELECT count(*) FROM {name}").fetchone() or (0,))[0])
+        name: int((store.row(f"SELECT count(*) FROM {name}") or (0,))[0])
         for name in ("events", "pool", "time_rollup", "block_heat", "prefix_blocks")
     }
     print(
@@ -217,14 +207,14 @@ def main() -> None:
         f"time_rollup {tables['time_rollup']:,} rows, block_heat {tables['block_heat']:,}, "
         f"prefix_blocks {tables['prefix_blocks']:,}. Compared with {sample.name}."
     )
-    grid = time_grid(connection)
+    grid = time_grid(store)
     windows = {
         "whole run": grid.whole_run(),
         "middle 80 %": grid.window(0.1 * grid.span_s, 0.9 * grid.span_s),
     }
     slowest = 0.0
     for label, window in windows.items():
-        seconds = measure(page_calls(connection, window, second.connection), args.rounds)
+        seconds = measure(page_calls(store, window, second), args.rounds)
         title = (
             f"{label}: {window.start_s:,.0f}-{window.end_s:,.0f} s, {args.rounds} rounds, "
             "seconds per call and per page"

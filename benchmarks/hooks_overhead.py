@@ -37,9 +37,9 @@ from pathlib import Path
 
 from vllm.utils.gc_utils import freeze_gc_heap
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.simulator import Simulator, VirtualClock
-from collector.traces import TraceRequest, read_trace
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import TraceRequest, read_trace
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.transport import Transport
 

@@ -20,11 +20,11 @@ import statistics
 import time
 from pathlib import Path
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.block_stream import trace_block_stream
-from collector.mrc import MissRatioCurve, miss_ratio_curve
-from collector.simulator import Simulator, VirtualClock
-from collector.traces import TraceRequest, read_trace
+from collector.model.block_stream import trace_block_stream
+from collector.model.mrc import MissRatioCurve, miss_ratio_curve
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import TraceRequest, read_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 

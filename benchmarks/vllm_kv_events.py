@@ -22,18 +22,18 @@ from pathlib import Path
 import msgspec
 from vllm.distributed.kv_events import KVEventBatch
 
-from collector.block_manager import (
+from collector.live.vllm_kv.conflicts import HashConflictDetector
+from collector.live.vllm_kv.ingest import append_vllm_batches
+from collector.live.vllm_kv.wire import ReceivedBatch, decode_batch
+from collector.replay.block_manager import (
     CacheSettings,
     make_block_hasher,
     make_kv_cache_manager,
     vllm_version,
 )
-from collector.simulator import Simulator, VirtualClock
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import TraceRequest, read_trace
 from collector.store import RunConfig, RunStore
-from collector.traces import TraceRequest, read_trace
-from collector.vllm_kv_conflicts import HashConflictDetector
-from collector.vllm_kv_ingest import append_vllm_batches
-from collector.vllm_kv_wire import ReceivedBatch, decode_batch
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 BATCHES_PER_APPEND = 100
@@ -74,9 +74,7 @@ def collector_side(payloads: list[bytes], settings: CacheSettings) -> tuple[floa
             ]
             append_vllm_batches(store, batches, [], detector)
         elapsed = time.process_time() - start
-        row = store.connection.execute(
-            "SELECT count(*) FILTER (WHERE kind != 'cleared') FROM vllm_kv_events"
-        ).fetchone()
+        row = store.row("SELECT count(*) FILTER (WHERE kind != 'cleared') FROM vllm_kv_events")
         store.close()
     return elapsed, int(row[0]) if row else 0
 

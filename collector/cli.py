@@ -50,11 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import duckdb
-
-    from collector.block_manager import VllmUnavailable
-    from collector.store import StoreError
-    from collector.traces import TraceError
+    from collector.replay.block_manager import VllmUnavailable
+    from collector.replay.traces import TraceError
+    from collector.store.run_file import ReadError, StoreError
 
     args = build_parser().parse_args(argv)
     try:
@@ -62,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceError, StoreError, ValueError, VllmUnavailable) as error:
         print(f"kvscope: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except duckdb.Error as error:  # a run file damaged where opening it could not tell
+    except ReadError as error:  # a run file damaged where opening it could not tell
         reason = str(error).splitlines()[0]
         print(f"kvscope: error: a run file cannot be read: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT

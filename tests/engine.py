@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from collector.store.run_file import RunFile
 from tests.conftest import REPO
 
 TINY_LLAMA = {
@@ -187,25 +188,21 @@ def collector_process(
 
 def stored_record_numbers(run: Path) -> list[int]:
     """Every record number a run file holds, in order (drop rows are the collector's)."""
-    import duckdb
 
-    with duckdb.connect(str(run), read_only=True) as connection:
-        rows = connection.execute(
+    with RunFile.open(run) as run_file:
+        rows = run_file.rows(
             "SELECT DISTINCT seq FROM ("
             " SELECT seq FROM events WHERE kind <> 'drop'"
             " UNION ALL SELECT seq FROM pool UNION ALL SELECT seq FROM collisions) ORDER BY seq"
-        ).fetchall()
+        )
     return [int(row[0]) for row in rows]
 
 
 def recorded_drops(run: Path) -> int:
     """The records a run file says are missing (its drop rows)."""
-    import duckdb
 
-    with duckdb.connect(str(run), read_only=True) as connection:
-        row = connection.execute(
-            "SELECT coalesce(sum(num_lost), 0) FROM events WHERE kind = 'drop'"
-        ).fetchone()
+    with RunFile.open(run) as run_file:
+        row = run_file.row("SELECT coalesce(sum(num_lost), 0) FROM events WHERE kind = 'drop'")
     assert row is not None
     return int(row[0])
 
@@ -221,9 +218,13 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 60) -> None:
 def replay_to_collector(endpoint: str, num_requests: int, engine_id: str) -> tuple[Any, Any]:
     """The sample trace's first requests through vLLM's real manager, hooks attached, shipped
     by a transport to `endpoint`; returns (hooks, transport) once all is delivered."""
-    from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-    from collector.simulator import Simulator, VirtualClock
-    from collector.traces import read_trace
+    from collector.replay.block_manager import (
+        CacheSettings,
+        make_block_hasher,
+        make_kv_cache_manager,
+    )
+    from collector.replay.simulator import Simulator, VirtualClock
+    from collector.replay.traces import read_trace
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
     from tests.conftest import SAMPLE_TRACE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 
 SECRET = b"kvscope-tests"
@@ -44,7 +44,7 @@ def tiny_run(directory: Any, rows: list[dict[str, Any]], **options: Any) -> Any:
     """
     import json
 
-    from collector.replay import ReplayOptions, replay
+    from collector.replay.replayer import ReplayOptions, replay
 
     trace = directory / "trace.jsonl"
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))

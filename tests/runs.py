@@ -18,8 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
+from collector.store.run_file import RunFile
 from tests.helpers import tiny_run
 
 SHARED_PREFIX: list[dict[str, Any]] = [
@@ -58,7 +57,7 @@ def shared_prefix_run(directory: Path) -> Path:
     )
 
 
-def stored_hashes(connection: duckdb.DuckDBPyConnection) -> dict[str, int]:
+def stored_hashes(run_file: RunFile) -> dict[str, int]:
     """Block hashes by the names in the module docstring (vLLM seeds its hashes per process,
     so tests read them from the run)."""
     names = {
@@ -69,12 +68,12 @@ def stored_hashes(connection: duckdb.DuckDBPyConnection) -> dict[str, int]:
         ("c0", 0): "S1",
         ("c0", 1): "S2",
     }
-    rows = connection.execute(
+    rows = run_file.rows(
         "SELECT request_id, block_position, block_hash FROM events WHERE kind = 'store'"
-    ).fetchall()
+    )
     return {names[(request, position)]: int(block_hash) for request, position, block_hash in rows}
 
 
-def hex_names(connection: duckdb.DuckDBPyConnection) -> dict[str, str]:
+def hex_names(run_file: RunFile) -> dict[str, str]:
     """The same blocks as 16 hex digits (how pages name them)."""
-    return {name: f"{value:016x}" for name, value in stored_hashes(connection).items()}
+    return {name: f"{value:016x}" for name, value in stored_hashes(run_file).items()}

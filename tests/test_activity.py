@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector import activity
-from collector.time_window import time_grid
+from collector.queries import activity
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.runs import shared_prefix_run
 
 
 @pytest.fixture
-def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+def run_file(tmp_path: Path) -> RunFile:
+    return RunFile.open(shared_prefix_run(tmp_path))
 
 
-def test_window_figures(connection: duckdb.DuckDBPyConnection) -> None:
+def test_window_figures(run_file: RunFile) -> None:
     # Buckets 200-400: b0 (8 of 12 tokens hit) and a1 (4 of 8).
-    figures = activity.window_figures(connection, time_grid(connection).buckets(200, 400))
+    figures = activity.window_figures(run_file, time_grid(run_file).buckets(200, 400))
     assert figures == {
         "requests": 2,
         "prompt_tokens": 20,
@@ -40,9 +40,9 @@ def test_window_figures(connection: duckdb.DuckDBPyConnection) -> None:
     }
 
 
-def test_figures_over_time(connection: duckdb.DuckDBPyConnection) -> None:
+def test_figures_over_time(run_file: RunFile) -> None:
     # 601 buckets in at most 200 points: 4 buckets a point; each request in its own point.
-    points = activity.figures_over_time(connection, time_grid(connection).whole_run(), 200)
+    points = activity.figures_over_time(run_file, time_grid(run_file).whole_run(), 200)
     table = points[["t_s", "requests", "hit_tokens", "stores", "evictions", "cached_blocks"]]
     assert table.to_dict("records") == [
         {"t_s": 0.0, "requests": 1, "hit_tokens": 0, "stores": 2, "evictions": 0,
@@ -56,10 +56,10 @@ def test_figures_over_time(connection: duckdb.DuckDBPyConnection) -> None:
     ]  # fmt: skip
 
 
-def test_points_are_whole_buckets(connection: duckdb.DuckDBPyConnection) -> None:
+def test_points_are_whole_buckets(run_file: RunFile) -> None:
     # Buckets 100-500 in 2 points of 201 buckets: 100-300 (b0) and 301-500 (a1).
-    window = time_grid(connection).buckets(100, 500)
-    points = activity.figures_over_time(connection, window, max_points=2)
+    window = time_grid(run_file).buckets(100, 500)
+    points = activity.figures_over_time(run_file, window, max_points=2)
     assert points[["t_s", "requests"]].to_dict("records") == [
         {"t_s": 0.005, "requests": 1},
         {"t_s": 0.01505, "requests": 1},

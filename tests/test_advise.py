@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from collector.advisor.cache_size import TARGET_FRACTION
-from collector.block_stream import run_block_stream
 from collector.cli import main
-from collector.mrc import miss_ratio_curve
+from collector.model.mrc import miss_ratio_curve
+from collector.queries.requests import run_block_stream
+from collector.store.run_file import RunFile
 from tests.conftest import SAMPLE_RUN
 
 
@@ -47,8 +47,8 @@ def test_names_the_dynamic_timestamp_family(advice_json: dict) -> None:
 def test_recommends_the_cache_size_of_the_curve(advice_json: dict) -> None:
     size = by_rule(advice_json, "cache-size")
     recommended = size["figures"]["recommended_num_blocks"]
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        block_size, stream = run_block_stream(connection)
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        block_size, stream = run_block_stream(run_file)
     curve = miss_ratio_curve(stream, block_size)
     target = TARGET_FRACTION * curve.token_hit_ratio(1 << 30)
     assert curve.token_hit_ratio(recommended) >= target > curve.token_hit_ratio(recommended - 1)

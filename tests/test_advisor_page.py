@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import plotly.graph_objects as go
 from streamlit.testing.v1 import AppTest
 
 from collector.advisor import RunContext, advise
-from collector.kv_memory import MODELS, gib_for_blocks
+from collector.model.kv_memory import MODELS, gib_for_blocks
+from collector.store.run_file import RunFile
 from tests.conftest import REPO, SAMPLE_RUN
-from visualizer.advisor_charts import chart_figure
+from visualizer.charts.advisor import chart_figure
 
 
 def advisor_page() -> AppTest:
@@ -27,8 +27,8 @@ def advisor_page() -> AppTest:
 
 
 def test_page_shows_the_advise_suggestions_in_rank_order() -> None:
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        advice = advise(RunContext(connection, SAMPLE_RUN))
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        advice = advise(RunContext(run_file, SAMPLE_RUN))
     app = advisor_page()
     headings = [element.value for element in app.subheader]
     expected = [f"{rank}. {entry.title}" for rank, entry in enumerate(advice.suggestions, 1)]

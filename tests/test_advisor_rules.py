@@ -6,11 +6,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from collector.advisor import RULES, RunContext, Suggestion, advise
 from collector.advisor.suggestion import SEVERITIES
-from collector.store import RunConfig, RunStore
+from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks.events import Arrive
 from tests.helpers import tiny_run
 
@@ -25,8 +23,8 @@ def tokens(seed: int, count: int) -> list[int]:
 def judge(run: Path, rule: str) -> tuple[str, list[Suggestion], str]:
     """What one rule says about a run: its status, its suggestions, its detail."""
     chosen = tuple(entry for entry in RULES if entry[0] == rule)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        advice = advise(RunContext(connection, run), chosen)
+    with RunFile.open(run) as run_file:
+        advice = advise(RunContext(run_file, run), chosen)
     (check,) = advice.checks
     for suggestion in advice.suggestions:
         assert suggestion.severity in SEVERITIES

@@ -10,28 +10,22 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector import activity, prefix_tree, roi
-from collector.summary import run_summary
-from collector.time_window import time_grid
+from collector.model import cost
+from collector.queries import activity, prefix_tree, roi
+from collector.queries.summary import run_summary
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.conftest import REPO, SAMPLE_RUN
 from tests.runs import shared_prefix_run
+from visualizer.pages import PAGES as APP_PAGES
 
-PAGES = [
-    "views/overview.py",
-    "views/hotspots.py",
-    "views/prefix_tree.py",
-    "views/roi.py",
-    "views/free_blocks.py",
-    "views/collisions.py",
-    "views/tenants.py",
-    "views/advisor.py",
-    "views/compare.py",
-]
+# Every page but vLLM's KV events, whose charts need a run that has them
+# (tests/test_vllm_kv_page.py).
+PAGES = [page.path for page in APP_PAGES if page.file != "vllm_kv_events.py"]
 SECOND_SAMPLE_RUN = SAMPLE_RUN.with_name("run_block32.duckdb")
 DATA_FIELDS = ("x", "y", "z", "values", "ids")
 
@@ -86,8 +80,8 @@ def test_every_page_renders_non_empty_charts_with_downloads(page: str) -> None:
 
 def test_overview_figures_match_the_summary() -> None:
     app = start()
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        summary = run_summary(connection)
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        summary = run_summary(run_file)
     shown = metrics(app)
     assert shown["Requests"] == f"{summary['requests']:,}" == "490"
     assert shown["Hit ratio (tokens)"] == f"{summary['token_hit_ratio']:.1%}"
@@ -106,8 +100,8 @@ def test_run_picker_switches_to_another_run_in_the_folder() -> None:
     assert not app.exception, app.exception
     assert app.session_state["run_path"] == str(SECOND_SAMPLE_RUN)
     assert "block size 32" in captions(app)
-    with duckdb.connect(str(SECOND_SAMPLE_RUN), read_only=True) as connection:
-        summary = run_summary(connection)
+    with RunFile.open(SECOND_SAMPLE_RUN) as run_file:
+        summary = run_summary(run_file)
     assert metrics(app)["Hit ratio (tokens)"] == f"{summary['token_hit_ratio']:.1%}"
     # The page itself follows the run on the next page too.
     assert "block size 32" in captions(go_to(app, "views/overview.py"))
@@ -134,9 +128,9 @@ def test_time_filter_narrows_every_page() -> None:
     app = start()
     app.slider(key="time_range").set_range(50.0, 100.0).run()
     assert not app.exception, app.exception
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        window = time_grid(connection).window(50.0, 100.0)
-        figures = activity.window_figures(connection, window)
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        window = time_grid(run_file).window(50.0, 100.0)
+        figures = activity.window_figures(run_file, window)
     shown = metrics(app)
     assert shown["Requests"] == f"{figures['requests']:,}"
     assert shown["Hit ratio (tokens)"] == f"{figures['token_hit_ratio']:.1%}"
@@ -160,9 +154,9 @@ def test_prefix_tree_selection_shows_that_block() -> None:
         header.value.split()[1] for header in app.subheader if header.value.startswith("Block")
     )
     assert block_id.startswith(block)
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+    with RunFile.open(SAMPLE_RUN) as run_file:
         summary = prefix_tree.node_summary(
-            connection, int(block_id, 16), time_grid(connection).whole_run()
+            run_file, int(block_id, 16), time_grid(run_file).whole_run()
         )
     shown = metrics(app)
     assert shown["Hits"] == f"{summary['hits']:,}"
@@ -181,8 +175,8 @@ def test_prefix_tree_colour_size_and_merge_controls() -> None:
     assert not app.exception, app.exception
     icicle = chart_traces(app)[0][0]
     assert len(values(icicle, "ids")) == 100 + 1  # a block each, under one root
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        nodes = prefix_tree.tree_nodes(connection, time_grid(connection).whole_run(), 1_000)
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        nodes = prefix_tree.tree_nodes(run_file, time_grid(run_file).whole_run(), 1_000)
     assert merged_nodes == len(prefix_tree.merge_unbranched(nodes)) + 1 < 1_000
     assert icicle["marker"]["colorscale"]
 
@@ -221,12 +215,12 @@ def test_roi_inputs_change_every_estimate() -> None:
     before = metrics(app)
     app.number_input(key="roi_dollars_per_gpu_hour").set_value(5.0).run()
     assert not app.exception, app.exception
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        window = time_grid(connection).whole_run()
-        figures = activity.window_figures(connection, window)
-        held = roi.held_block_seconds(connection, window)
-    expected = roi.roi_figures(
-        roi.CostModel(dollars_per_gpu_hour=5.0),
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        window = time_grid(run_file).whole_run()
+        figures = activity.window_figures(run_file, window)
+        held = roi.held_block_seconds(run_file, window)
+    expected = cost.roi_figures(
+        cost.CostModel(dollars_per_gpu_hour=5.0),
         hit_tokens=figures["hit_tokens"],
         hit_tokens_squared=figures["hit_tokens_squared"],
         block_seconds=held,
@@ -256,8 +250,8 @@ def test_roi_inputs_change_every_estimate() -> None:
 def test_compare_runs_side_by_side() -> None:
     app = go_to(start(), "views/compare.py")
     assert app.selectbox(key="compare_run").options == ["run_block32.duckdb"]
-    with duckdb.connect(str(SECOND_SAMPLE_RUN), read_only=True) as connection:
-        second = run_summary(connection)
+    with RunFile.open(SECOND_SAMPLE_RUN) as run_file:
+        second = run_summary(run_file)
     assert metrics(app)["Hit ratio (tokens)"] == f"{second['token_hit_ratio']:.1%}"
     settings = next(table.value for table in app.dataframe if "setting" in table.value)
     assert settings.loc[settings["differs"], "setting"].tolist() == ["block_size", "num_blocks"]

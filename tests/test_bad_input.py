@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from collector.cli import main
-from collector.schema import SCHEMA_VERSION
+from collector.store.schema import SCHEMA_VERSION
 
 GOOD = '{"timestamp": 0, "input_length": 1000, "output_length": 4, "hash_ids": [1, 2]}'
 

@@ -3,17 +3,16 @@ ZmqEventPublisher, fed by a real KVCacheManager, writes what the events carry.""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
+from contextlib import ExitStack
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector.block_manager import CacheSettings
-from tests.conftest import REPO, SAMPLE_TRACE
+from collector.replay.block_manager import CacheSettings
+from collector.store.run_file import RunFile
+from tests.conftest import SAMPLE_TRACE
+from tests.engine import collector_process
 from tests.vllm_kv_pipeline import (
     TOPIC,
     EventSource,
@@ -25,18 +24,24 @@ from tests.vllm_kv_pipeline import (
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 
+def published_blocks(source: EventSource, kind: str) -> int:
+    """Blocks the source published in events of one kind (`BlockStored`, `BlockRemoved`)."""
+    return sum(
+        len(event.block_hashes)
+        for events in source.published
+        for event in events
+        if type(event).__name__ == kind
+    )
+
+
 def test_collector_stores_vllms_own_kv_events() -> None:
-    with socket_directory() as directory, zmq_publisher(directory) as publisher:
+    with ExitStack() as stack:
+        directory = stack.enter_context(socket_directory())
+        publisher = stack.enter_context(zmq_publisher(directory))
         run = directory / "run.duckdb"
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "collector.cli",
-                "collect",
-                "--db",
-                str(run),
-                "--endpoint",
+        process = stack.enter_context(
+            collector_process(
+                run,
                 f"ipc://{directory}/hooks",
                 "--vllm-kv-events",
                 f"ipc://{directory}/events",
@@ -46,42 +51,27 @@ def test_collector_stores_vllms_own_kv_events() -> None:
                 TOPIC,
                 "--block-size",
                 "16",
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            )
         )
-        assert process.stdout is not None
-        assert "listening" in process.stdout.readline()
         source = EventSource(publisher, CacheSettings(16, 1_200))
         source.replay(SAMPLE_TRACE, limit=80)
         wait_until_sent(publisher)
-        stored = sum(
-            len(event.block_hashes)
-            for events in source.published
-            for event in events
-            if type(event).__name__ == "BlockStored"
-        )
-        removed = sum(
-            len(event.block_hashes)
-            for events in source.published
-            for event in events
-            if type(event).__name__ == "BlockRemoved"
+        stored, removed = (
+            published_blocks(source, "BlockStored"),
+            published_blocks(source, "BlockRemoved"),
         )
         # No waiting: on SIGTERM the collector catches up through vLLM's replay socket.
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
 
-        with duckdb.connect(str(run), read_only=True) as connection:
-            rows = connection.execute(
+        with RunFile.open(run) as run_file:
+            rows = run_file.row(
                 "SELECT count(*) FILTER (WHERE kind = 'stored'), "
                 "count(*) FILTER (WHERE kind = 'removed') FROM vllm_kv_events"
-            ).fetchone()
-            batches = connection.execute("SELECT count(*) FROM vllm_kv_batches").fetchone()
-            gaps = connection.execute("SELECT count(*) FROM vllm_kv_gaps").fetchone()
-            source_name = connection.execute("SELECT source FROM runs").fetchone()
+            )
+            batches = run_file.row("SELECT count(*) FROM vllm_kv_batches")
+            gaps = run_file.row("SELECT count(*) FROM vllm_kv_gaps")
+            source_name = run_file.row("SELECT source FROM runs")
     assert stored > 100 and removed > 0
     assert rows == (stored, removed)
     assert batches == (len(source.published),)
@@ -92,7 +82,7 @@ def test_collector_stores_vllms_own_kv_events() -> None:
 def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -> None:
     """vLLM's KV events do not say the pool's size or hash; when they reach the collector
     before the plugin's first batch, the run takes the engine's settings from that batch."""
-    from collector.block_manager import make_kv_cache_manager
+    from collector.replay.block_manager import make_kv_cache_manager
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
     from tests.engine import collector_process, wait_for
@@ -129,11 +119,11 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
         transport.stop()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
-        with duckdb.connect(str(run), read_only=True) as connection:
-            row = connection.execute(
+        with RunFile.open(run) as run_file:
+            row = run_file.row(
                 "SELECT source, block_size, num_blocks, hash_algo, vllm_version,"
                 " options->>'engine_id', options->>'endpoint' FROM runs"
-            ).fetchone()
+            )
     assert row == ("engine", 32, 640, "sha256", "0.33.0", "e", f"ipc://{directory}/events")
 
 
@@ -144,8 +134,8 @@ def test_a_resumed_run_begun_by_kv_events_still_takes_the_engines_settings(
     file, it still replaces its guesses with the first engine batch's settings."""
     import threading
 
-    from collector.receiver import Receiver
-    from collector.store import RunConfig, RunStore
+    from collector.live.receiver import Receiver
+    from collector.store.run_file import RunConfig, RunStore
     from tests.engine import replay_to_collector
 
     run, endpoint = tmp_path / "run.duckdb", f"ipc://{tmp_path}/hooks"
@@ -163,6 +153,6 @@ def test_a_resumed_run_begun_by_kv_events_still_takes_the_engines_settings(
         stop.set()
         serving.join(timeout=60)
     store = RunStore.open(run)
-    row = store.connection.execute("SELECT source, num_blocks, hash_algo FROM runs").fetchone()
+    row = store.row("SELECT source, num_blocks, hash_algo FROM runs")
     store.close()
     assert row == ("engine", 2_000, "sha256")

@@ -8,10 +8,10 @@ import random
 import signal
 from pathlib import Path
 
-import duckdb
 import msgspec
 import zmq
 
+from collector.store.run_file import RunFile
 from engine_hooks.events import Allocate, Arrive, Evict, Free, Hit, Pool, Store
 from engine_hooks.transport import MAX_FRAME_BYTES, BatchHeader, EngineSettings
 from tests.engine import collector_process, replay_to_collector
@@ -99,11 +99,11 @@ def test_collector_survives_a_thousand_bad_messages_and_stores_a_real_engine(
         assert process.returncode == 0, output
     context.term()
     assert f"{len(messages):,} messages rejected" in output, output
-    with duckdb.connect(str(run), read_only=True) as connection:
-        stored = connection.execute(
+    with RunFile.open(run) as run_file:
+        stored = run_file.row(
             "SELECT count(DISTINCT seq), count(DISTINCT engine_id) FROM ("
             " SELECT seq, engine_id FROM events UNION ALL SELECT seq, engine_id FROM pool)"
-        ).fetchone()
-        engines = connection.execute("SELECT DISTINCT options->>'engine_id' FROM runs").fetchall()
+        )
+        engines = run_file.rows("SELECT DISTINCT options->>'engine_id' FROM runs")
     assert stored == (hooks.num_records, 1)
     assert engines == [("real",)]

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
-
-from collector import collisions
-from collector.store import RunConfig, RunStore
-from collector.time_window import time_grid
+from collector.queries import collisions
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks.events import Arrive, Collision, Hit, Lookup, Store
 from tests.runs import shared_prefix_run
 
@@ -47,7 +45,7 @@ def collision_run(path: Path) -> Path:
 
 
 def test_collision_rows_and_check(tmp_path: Path) -> None:
-    with duckdb.connect(str(collision_run(tmp_path / "run.duckdb")), read_only=True) as db:
+    with RunFile.open(collision_run(tmp_path / "run.duckdb")) as db:
         window = time_grid(db).whole_run()
         rows = collisions.collision_rows(db, window)
         check = collisions.collision_check(db, window)
@@ -70,11 +68,11 @@ def test_collision_rows_and_check(tmp_path: Path) -> None:
 
 
 def test_no_collision_is_a_result(tmp_path: Path) -> None:
-    with duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True) as connection:
-        window = time_grid(connection).whole_run()
-        assert collisions.collision_rows(connection, window).empty
+    with RunFile.open(shared_prefix_run(tmp_path)) as run_file:
+        window = time_grid(run_file).whole_run()
+        assert collisions.collision_rows(run_file, window).empty
         # b0 hit two blocks, a1 one: three hits checked.
-        assert collisions.collision_check(connection, window) == {
+        assert collisions.collision_check(run_file, window) == {
             "checked": True,
             "collisions": 0,
             "hits_checked": 3,

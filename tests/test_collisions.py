@@ -11,8 +11,8 @@ import pytest
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
-from collector.block_manager import CacheSettings, make_kv_cache_manager, make_request
-from collector.replay import ReplayOptions, replay
+from collector.replay.block_manager import CacheSettings, make_kv_cache_manager, make_request
+from collector.replay.replayer import ReplayOptions, replay
 from engine_hooks.events import Collision
 from tests.helpers import SECRET, make_hooks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from collector import comparison
+from collector.model import comparison
 
 FIRST: dict[str, Any] = {
     "token_hit_ratio": 0.5,

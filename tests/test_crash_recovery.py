@@ -15,8 +15,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from collector.store import RunStore, live_copy_path
-from collector.summary import run_summary
+from collector.queries.summary import run_summary
+from collector.store.run_file import RunStore, live_copy_path
 from tests.conftest import REPO
 from tests.engine import (
     collector_process,
@@ -75,7 +75,7 @@ def test_a_killed_collector_restarted_on_its_file_goes_on(
     assert recorded_drops == highest + 1 - stored, "the file records each gap it holds"
     assert highest == hooks.num_records - 1, "the engine's last records arrived after resuming"
     store = RunStore.open(run)
-    summary = run_summary(store.connection)
+    summary = run_summary(store)
     assert store.finished and summary["requests"] == len(rows)
     store.close()
     assert not live_copy_path(run).exists()
@@ -95,7 +95,7 @@ def test_kvscope_finish_finishes_a_killed_run_and_the_app_warns_until_then(
         app.session_state["run_path"] = str(run)
         app.run()
         assert not app.exception, app.exception
-        st.cache_resource.clear()  # the app's read connection, so that `finish` may write
+        st.cache_resource.clear()  # the app's read run_file, so that `finish` may write
         gc.collect()
         return " ".join(warning.value for warning in app.warning)
 
@@ -107,7 +107,7 @@ def test_kvscope_finish_finishes_a_killed_run_and_the_app_warns_until_then(
     assert not live_copy_path(run).exists()
     assert "was not finished" not in overview_warnings()
     store = RunStore.open(run)
-    assert store.finished and run_summary(store.connection)["requests"] > 0
+    assert store.finished and run_summary(store)["requests"] > 0
     store.close()
     again = subprocess.run(finish, cwd=REPO, capture_output=True, text=True, check=False)
     assert again.returncode == 2 and "a finished run" in again.stderr

@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
-from collector.store import RunStore
-from collector.summary import run_summary
-from collector.workload import WorkloadShape, generate
+from collector.queries.summary import run_summary
+from collector.replay.workload import WorkloadShape, generate
+from collector.store.run_file import RunFile, RunStore
+from engine_hooks.buffer import EventBuffer
+from engine_hooks.events import Event, Lookup
 from tests.engine import collector_process, drive, make_scheduler, stored_record_numbers
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -38,6 +39,21 @@ def capture_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def workload() -> list[dict[str, Any]]:
     rows = generate(WorkloadShape(seed=11, num_chats=30, num_rag_requests=150, num_reports=40))
     return rows[:300]
+
+
+def spy_on_lookups(buffer: EventBuffer, monkeypatch: pytest.MonkeyPatch) -> list[Lookup]:
+    """Every `Lookup` record the engine's buffer accepts from the hooks, as they pass."""
+    lookups: list[Lookup] = []
+    offer = buffer.offer
+
+    def offer_and_keep(records: list[Event]) -> bool:
+        accepted = offer(records)
+        if accepted:
+            lookups.extend(record for record in records if isinstance(record, Lookup))
+        return accepted
+
+    monkeypatch.setattr(buffer, "offer", offer_and_keep)
+    return lookups
 
 
 def stored_seqs(run: Path) -> tuple[int, int]:
@@ -65,15 +81,15 @@ def test_every_event_reaches_duckdb_through_the_collector(
     assert stored_seqs(run) == (hooks.num_records, hooks.num_records - 1), "no gaps"
 
     store = RunStore.open(run)
-    summary = run_summary(store.connection)
-    preempted = store.connection.execute(
+    summary = run_summary(store)
+    preempted = store.row(
         "SELECT coalesce(sum(num_prompt_tokens), 0), coalesce(sum(num_hit_tokens), 0) "
         "FROM events WHERE kind = 'lookup' AND preempted"
-    ).fetchone()
-    requests = store.connection.execute(
+    )
+    requests = store.row(
         "SELECT count(*), count(first_scheduled_ns), count(finished_ns), count(tenant) "
         "FROM requests"
-    ).fetchone()
+    )
     store.close()
     assert summary["requests"] == len(rows)
     assert summary["hit_tokens"] > 0, "the workload shares prefixes"
@@ -93,6 +109,7 @@ def test_killed_collector_loses_exactly_what_the_engine_counts(
         scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
         capture = scheduler.kvscope_capture
         transport = capture.transport
+        lookups = spy_on_lookups(capture.buffer, monkeypatch)
         first = drive(scheduler, rows, per_step=3, stop_after=40)
         deadline = time.monotonic() + 60
         while transport.num_delivered == 0 and time.monotonic() < deadline:
@@ -110,7 +127,10 @@ def test_killed_collector_loses_exactly_what_the_engine_counts(
     assert transport.num_delivered == delivered
 
     store = RunStore.open(run)  # reopens cleanly after the kill
-    assert run_summary(store.connection)["requests"] > 0
+    stored = set(stored_record_numbers(run))
+    admitted = [record for record in lookups if not record.preempted and record.seq in stored]
+    assert admitted, "the collector stored some first admissions before it was killed"
+    assert run_summary(store)["requests"] == len(admitted)
     store.close()
 
 
@@ -131,19 +151,19 @@ def test_two_engines_in_one_run_keep_their_records_apart(
             captures[engine] = scheduler.kvscope_capture
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
-    with duckdb.connect(str(run), read_only=True) as connection:
+    with RunFile.open(run) as run_file:
         records = dict(
-            connection.execute(
+            run_file.rows(
                 "SELECT engine_id, count(DISTINCT seq) FROM ("
                 " SELECT engine_id, seq FROM events WHERE kind <> 'drop'"
                 " UNION ALL SELECT engine_id, seq FROM pool) GROUP BY ALL"
-            ).fetchall()
+            )
         )
         requests = dict(
-            connection.execute(
+            run_file.rows(
                 "SELECT engine_id, count(DISTINCT request_id) FROM events"
                 " WHERE kind = 'finish' GROUP BY ALL"
-            ).fetchall()
+            )
         )
     assert records == {engine: capture.hooks.num_records for engine, capture in captures.items()}
     assert requests == {"engine-a": 60, "engine-b": 90}

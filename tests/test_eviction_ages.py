@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.simulator import Simulator, VirtualClock
-from collector.store import RunConfig, RunStore
-from collector.traces import read_trace
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
+from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import Event, EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Evict, Hit, Store
 from tests.conftest import SAMPLE_TRACE
@@ -64,10 +63,8 @@ def test_derived_eviction_ages_match_the_record_stream(tmp_path: Path) -> None:
     store.close()
 
     expected = ages_by_reading_the_records(records)
-    with duckdb.connect(str(tmp_path / "run.duckdb"), read_only=True) as connection:
-        rows = connection.execute(
-            "SELECT seq, pos, age_ns, num_hits FROM events WHERE kind = 'evict'"
-        ).fetchall()
+    with RunFile.open(tmp_path / "run.duckdb") as run_file:
+        rows = run_file.rows("SELECT seq, pos, age_ns, num_hits FROM events WHERE kind = 'evict'")
     derived = {(seq, pos): (age_ns, num_hits) for seq, pos, age_ns, num_hits in rows}
     assert derived == expected
     assert len(derived) > 500

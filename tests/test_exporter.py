@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collector.exporter import KvscopeMetrics
-from collector.live_state import LiveState
+from collector.live.exporter import KvscopeMetrics
+from collector.live.live_state import LiveState
 from engine_hooks.events import (
     Arrive,
     Collision,

@@ -1,4 +1,4 @@
-"""The shipped Grafana dashboard queries only metrics the exporter really exposes."""
+"""The shipped Grafana dashboard charts exactly the metrics the exporter exposes."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import re
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collector.exporter import KvscopeMetrics
-from collector.live_state import LiveState
+from collector.live.exporter import KvscopeMetrics
+from collector.live.live_state import LiveState
 from tests.conftest import REPO
 from tests.test_exporter import HEADER, RECORDS
 
 
-def test_dashboard_uses_only_exported_metric_names() -> None:
+def test_dashboard_charts_every_exported_metric_and_no_other() -> None:
     state = LiveState()
     state.observe(HEADER, RECORDS)
     registry = CollectorRegistry()
@@ -22,6 +22,6 @@ def test_dashboard_uses_only_exported_metric_names() -> None:
     dashboard = json.loads((REPO / "docs/grafana/kvscope-dashboard.json").read_text())
     expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     used = {name for expression in expressions for name in re.findall(r"kvscope_\w+", expression)}
-    assert len(expressions) >= 9
-    assert used, "the dashboard queries kvscope metrics"
-    assert used <= exposed, used - exposed
+    assert len(expressions) == 13
+    assert len(exposed) == 11
+    assert used == exposed, (used - exposed, exposed - used)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.block_manager import make_request
+from collector.replay.block_manager import make_request
 from engine_hooks.events import Evict, Pool, Reset, Store
 from tests.helpers import cached_block_count, cached_free_count, make_hooks, make_manager
 

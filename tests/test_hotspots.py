@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
-from collector import hotspots
-from collector.time_window import time_grid
+from collector.queries import hotspots
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.runs import hex_names, shared_prefix_run
 
 
 @pytest.fixture
-def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+def run_file(tmp_path: Path) -> RunFile:
+    return RunFile.open(shared_prefix_run(tmp_path))
 
 
-def test_block_heatmap(connection: duckdb.DuckDBPyConnection) -> None:
-    heat = hotspots.block_heatmap(connection, time_grid(connection).whole_run())
+def test_block_heatmap(run_file: RunFile) -> None:
+    heat = hotspots.block_heatmap(run_file, time_grid(run_file).whole_run())
     assert heat.to_dict("records") == [
         {"t_s": 0.0, "block_start": 1, "hits": 0, "stores": 1, "evictions": 0},
         {"t_s": 0.0, "block_start": 2, "hits": 0, "stores": 1, "evictions": 0},
@@ -31,16 +31,16 @@ def test_block_heatmap(connection: duckdb.DuckDBPyConnection) -> None:
         {"t_s": 0.03, "block_start": 3, "hits": 0, "stores": 1, "evictions": 1},
         {"t_s": 0.03, "block_start": 5, "hits": 0, "stores": 1, "evictions": 0},
     ]
-    later = hotspots.block_heatmap(connection, time_grid(connection).buckets(500, 600))
+    later = hotspots.block_heatmap(run_file, time_grid(run_file).buckets(500, 600))
     assert later[["t_s", "block_start", "evictions"]].to_dict("records") == [
         {"t_s": 0.03, "block_start": 3, "evictions": 1},
         {"t_s": 0.03, "block_start": 5, "evictions": 0},
     ]
 
 
-def test_top_blocks(connection: duckdb.DuckDBPyConnection) -> None:
-    names = hex_names(connection)
-    top = hotspots.top_blocks(connection, time_grid(connection).whole_run())
+def test_top_blocks(run_file: RunFile) -> None:
+    names = hex_names(run_file)
+    top = hotspots.top_blocks(run_file, time_grid(run_file).whole_run())
     assert top.to_dict("records") == [
         {"block_hash": names["A1"], "block_position": 0, "hits": 2, "stores": 1, "evictions": 0,
          "first_use_s": 0.0, "last_use_s": 0.02, "tenant": "a", "lora": None},
@@ -48,7 +48,7 @@ def test_top_blocks(connection: duckdb.DuckDBPyConnection) -> None:
          "first_use_s": 0.0, "last_use_s": 0.01, "tenant": "a", "lora": None},
     ]  # fmt: skip
     # Inside a window the figures are the window's: a1 hit A1 at 20 ms, nothing stored it.
-    late = hotspots.top_blocks(connection, time_grid(connection).buckets(300, 600))
+    late = hotspots.top_blocks(run_file, time_grid(run_file).buckets(300, 600))
     assert late.to_dict("records") == [
         {"block_hash": names["A1"], "block_position": 0, "hits": 1, "stores": 0, "evictions": 0,
          "first_use_s": 0.02, "last_use_s": 0.02, "tenant": "a", "lora": None},
@@ -56,32 +56,32 @@ def test_top_blocks(connection: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_top_blocks_from_events_equal_the_rollup_over_the_whole_run(
-    connection: duckdb.DuckDBPyConnection,
+    run_file: RunFile,
 ) -> None:
-    window = time_grid(connection).whole_run()
-    from_rollup = hotspots.top_blocks(connection, window)
-    from_events = hotspots._top_blocks(connection, hotspots._TOP_FROM_EVENTS, window, 20)
+    window = time_grid(run_file).whole_run()
+    from_rollup = hotspots.top_blocks(run_file, window)
+    from_events = hotspots._top_blocks(run_file, hotspots._TOP_FROM_EVENTS, window, 20)
     pd.testing.assert_frame_equal(from_rollup, from_events, check_dtype=False)
 
 
-def test_hit_count_frequencies(connection: duckdb.DuckDBPyConnection) -> None:
-    grid = time_grid(connection)
+def test_hit_count_frequencies(run_file: RunFile) -> None:
+    grid = time_grid(run_file)
     # Six blocks were cached: A1 was hit twice while cached, A2 once; B3, C2, S1, S2 never.
-    whole = hotspots.hit_count_frequencies(connection, grid.whole_run())
+    whole = hotspots.hit_count_frequencies(run_file, grid.whole_run())
     assert whole.to_dict("records") == [
         {"hits": 0, "blocks": 4},
         {"hits": 1, "blocks": 1},
         {"hits": 2, "blocks": 1},
     ]
     # Cached in a0's bucket: A1 and A2, with all their hits (also those after the bucket).
-    assert hotspots.hit_count_frequencies(connection, grid.buckets(0, 0)).to_dict("records") == [
+    assert hotspots.hit_count_frequencies(run_file, grid.buckets(0, 0)).to_dict("records") == [
         {"hits": 1, "blocks": 1},
         {"hits": 2, "blocks": 1},
     ]
     # Cached in b0's bucket: B3, never hit before c0 evicted it.
-    assert hotspots.hit_count_frequencies(connection, grid.buckets(200, 200)).to_dict(
-        "records"
-    ) == [{"hits": 0, "blocks": 1}]
+    assert hotspots.hit_count_frequencies(run_file, grid.buckets(200, 200)).to_dict("records") == [
+        {"hits": 0, "blocks": 1}
+    ]
 
 
 def test_histogram_and_skew() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.kv_memory import (
+from collector.model.kv_memory import (
     MODELS,
     GpuMemory,
     KVSpec,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.store import RunBeingWritten, RunStore, live_copy_path
+from collector.store.run_file import RunBeingWritten, RunStore, live_copy_path
 from tests.conftest import REPO
 from tests.engine import collector_process, replay_to_collector, wait_for
 
@@ -38,5 +38,5 @@ def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> N
         assert process.wait(timeout=60) == 0
     assert not live_copy_path(run).exists(), "the live copy goes away with the collector"
     store = RunStore.open(run)
-    assert store.connection.execute("SELECT count(*) FROM requests").fetchone() == (120,)
+    assert store.row("SELECT count(*) FROM requests") == (120,)
     store.close()

@@ -5,16 +5,17 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.block_stream import run_block_stream, trace_block_stream
-from collector.mrc import miss_ratio_curve
-from collector.replay import ReplayOptions
-from collector.simulator import Simulator, VirtualClock
-from collector.traces import TraceRequest, read_trace
-from collector.whatif import Source, SweepPoint, run_sweep
+from collector.model.block_stream import trace_block_stream
+from collector.model.mrc import miss_ratio_curve
+from collector.queries.requests import run_block_stream
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.replayer import ReplayOptions
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import TraceRequest, read_trace
+from collector.replay.whatif import Source, SweepPoint, run_sweep
+from collector.store.run_file import RunFile
 from tests.conftest import SECRET
 from tests.helpers import tiny_run
 
@@ -124,8 +125,8 @@ def test_run_stream_gives_the_trace_streams_curve(tmp_path: Path) -> None:
         for request in shared_prefix_trace(seed=5, num_requests=60)
     ]
     run = tiny_run(tmp_path, rows, block_size=8, num_blocks=300)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        block_size, stream = run_block_stream(connection)
+    with RunFile.open(run) as run_file:
+        block_size, stream = run_block_stream(run_file)
     from_run = miss_ratio_curve(stream, block_size)
     from_trace = miss_ratio_curve(trace_block_stream(read_trace(tmp_path / "trace.jsonl"), 8), 8)
     assert block_size == 8

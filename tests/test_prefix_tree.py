@@ -5,23 +5,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
-from collector import prefix_tree, token_text
-from collector.time_window import time_grid
+from collector.queries import prefix_tree
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.runs import hex_names, shared_prefix_run, stored_hashes
+from visualizer import token_text
 
 
 @pytest.fixture
-def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+def run_file(tmp_path: Path) -> RunFile:
+    return RunFile.open(shared_prefix_run(tmp_path))
 
 
-def test_tree_nodes(connection: duckdb.DuckDBPyConnection) -> None:
-    names = hex_names(connection)
-    nodes = prefix_tree.tree_nodes(connection, time_grid(connection).whole_run())
+def test_tree_nodes(run_file: RunFile) -> None:
+    names = hex_names(run_file)
+    nodes = prefix_tree.tree_nodes(run_file, time_grid(run_file).whole_run())
     assert nodes.to_dict("records") == [
         {"block_hash": names["A1"], "block_position": 0, "hits": 2, "tenant": "a",
          "lora": None, "first_stored_s": 0.0, "parent": ""},
@@ -29,14 +30,14 @@ def test_tree_nodes(connection: duckdb.DuckDBPyConnection) -> None:
          "lora": None, "first_stored_s": 0.0, "parent": names["A1"]},
     ]  # fmt: skip
     # The hottest one only: A2's parent is then not drawn.
-    top = prefix_tree.tree_nodes(connection, time_grid(connection).whole_run(), max_nodes=1)
+    top = prefix_tree.tree_nodes(run_file, time_grid(run_file).whole_run(), max_nodes=1)
     assert top["block_hash"].tolist() == [names["A1"]]
 
 
-def test_tree_nodes_in_a_window_and_merged(connection: duckdb.DuckDBPyConnection) -> None:
-    names = hex_names(connection)
+def test_tree_nodes_in_a_window_and_merged(run_file: RunFile) -> None:
+    names = hex_names(run_file)
     # b0's bucket: A1 and A2 hit once each, so they merge into one node named after A2.
-    nodes = prefix_tree.tree_nodes(connection, time_grid(connection).buckets(200, 200))
+    nodes = prefix_tree.tree_nodes(run_file, time_grid(run_file).buckets(200, 200))
     assert nodes[["block_hash", "hits", "parent"]].to_dict("records") == [
         {"block_hash": names["A1"], "hits": 1, "parent": ""},
         {"block_hash": names["A2"], "hits": 1, "parent": names["A1"]},
@@ -81,10 +82,10 @@ def test_merge_unbranched_keeps_branches_and_uneven_hits() -> None:
     assert single["first_position"].tolist() == nodes["block_position"].tolist()
 
 
-def test_node_summary_and_history(connection: duckdb.DuckDBPyConnection) -> None:
-    hashes = stored_hashes(connection)
-    whole = time_grid(connection).whole_run()
-    assert prefix_tree.node_summary(connection, hashes["A1"], whole) == {
+def test_node_summary_and_history(run_file: RunFile) -> None:
+    hashes = stored_hashes(run_file)
+    whole = time_grid(run_file).whole_run()
+    assert prefix_tree.node_summary(run_file, hashes["A1"], whole) == {
         "hits": 2,
         "stores": 1,
         "restores": 0,
@@ -99,13 +100,13 @@ def test_node_summary_and_history(connection: duckdb.DuckDBPyConnection) -> None
         "first_stored_by": "a0",
         "cached_s": 0.03,
     }
-    evicted = prefix_tree.node_summary(connection, hashes["B3"], whole)
+    evicted = prefix_tree.node_summary(run_file, hashes["B3"], whole)
     assert (evicted["evictions"], evicted["cached_s"], evicted["parent_hash"]) == (
         1,
         0.02,
         f"{hashes['A2']:016x}",
     )
-    history = prefix_tree.node_history(connection, hashes["A1"], whole)
+    history = prefix_tree.node_history(run_file, hashes["A1"], whole)
     assert history.to_dict("records") == [
         {"t_s": 0.0, "kind": "store", "request_id": "a0", "tenant": "a", "lora": None,
          "block_id": 1},
@@ -114,21 +115,21 @@ def test_node_summary_and_history(connection: duckdb.DuckDBPyConnection) -> None
         {"t_s": 0.02, "kind": "hit", "request_id": "a1", "tenant": "a", "lora": None,
          "block_id": 1},
     ]  # fmt: skip
-    late = time_grid(connection).buckets(300, 600)
-    assert prefix_tree.node_summary(connection, hashes["A1"], late)["requests"] == 1
+    late = time_grid(run_file).buckets(300, 600)
+    assert prefix_tree.node_summary(run_file, hashes["A1"], late)["requests"] == 1
     with pytest.raises(LookupError, match="not in this run"):
-        prefix_tree.node_summary(connection, 12345, whole)
+        prefix_tree.node_summary(run_file, 12345, whole)
 
 
-def test_prefix_token_ids(connection: duckdb.DuckDBPyConnection) -> None:
-    names = hex_names(connection)
-    assert prefix_tree.has_token_ids(connection)
+def test_prefix_token_ids(run_file: RunFile) -> None:
+    names = hex_names(run_file)
+    assert prefix_tree.has_token_ids(run_file)
     chains = [
         [names["A1"], names["A2"]],
         [names["A1"], names["C2"]],
         [names["A1"], "00000000000000ff"],  # no such block
     ]
-    assert prefix_tree.prefix_token_ids(connection, chains) == [
+    assert prefix_tree.prefix_token_ids(run_file, chains) == [
         list(range(1, 9)),
         [1, 2, 3, 4, 21, 22, 23, 24],
         None,

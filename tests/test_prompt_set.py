@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from collector.prompt_set import render_prompt_set, tokenize
-from collector.traces import MAX_TOKEN_ID, read_trace
+from collector.replay.prompt_set import render_prompt_set, tokenize
+from collector.replay.traces import MAX_TOKEN_ID, read_trace
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "docs" / "ci" / "example"

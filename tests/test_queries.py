@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector import queries
+from collector.queries.pool import (
+    eviction_regret,
+    eviction_regret_summary,
+    free_block_extremes,
+    low_free_periods,
+    pool_timeline,
+)
+from collector.queries.tenants import tenant_hit_ratios
+from collector.queries.timeline import event_times, time_grid
+from collector.store.run_file import RunFile
 from tests.helpers import tiny_run
 
 # Block size 4, five blocks (four usable). r0 and r1 fill the pool; r2 evicts r0's two
@@ -22,17 +30,17 @@ ROWS = [
 
 
 @pytest.fixture
-def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(tiny_run(tmp_path, ROWS)), read_only=True)
+def run_file(tmp_path: Path) -> RunFile:
+    return RunFile.open(tiny_run(tmp_path, ROWS))
 
 
-def test_eviction_regret_rows(connection: duckdb.DuckDBPyConnection) -> None:
-    regret = queries.eviction_regret(connection)
+def test_eviction_regret_rows(run_file: RunFile) -> None:
+    regret = eviction_regret(run_file)
     stored = dict(
-        connection.execute(
+        run_file.rows(
             "SELECT block_position, block_hash FROM events "
             "WHERE kind = 'store' AND request_id = 'r0'"
-        ).fetchall()
+        )
     )
     rows = regret[["block_id", "block_hash", "ts_ns", "age_ns", "num_hits", "restored_after_ns"]]
     assert len(rows) == 4
@@ -56,17 +64,17 @@ def test_eviction_regret_rows(connection: duckdb.DuckDBPyConnection) -> None:
             "restored_after_ns": 10_000_000,
         },
     ]
-    assert queries.eviction_regret_summary(connection) == {
+    assert eviction_regret_summary(run_file) == {
         "evictions": 4,
         "restored": 2,
         "regret_ratio": 0.5,
     }
-    assert queries.eviction_regret_summary(connection, within_s=0.005)["restored"] == 0
+    assert eviction_regret_summary(run_file, within_s=0.005)["restored"] == 0
 
 
-def test_free_block_extremes(connection: duckdb.DuckDBPyConnection) -> None:
+def test_free_block_extremes(run_file: RunFile) -> None:
     # Each request holds two of the four usable blocks while it runs.
-    assert queries.free_block_extremes(connection) == {
+    assert free_block_extremes(run_file) == {
         "min_free_blocks": 2,
         "usable_blocks": 4,
         "low_free_step_share": 0.0,
@@ -79,8 +87,8 @@ def test_tenant_hit_ratios(tmp_path: Path) -> None:
         {**ROWS[0], "request_id": "r1", "timestamp": 5, "tenant": "b", "lora": "x"},
     ]
     run = tiny_run(tmp_path, rows, reveal_tenants=True, num_blocks=20)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        table = queries.tenant_hit_ratios(connection)
+    with RunFile.open(run) as run_file:
+        table = tenant_hit_ratios(run_file)
     assert table.to_dict("records") == [
         {
             "tenant": "a",
@@ -103,19 +111,18 @@ def test_tenant_hit_ratios(tmp_path: Path) -> None:
 
 
 def test_free_block_queries_in_a_window(tmp_path: Path) -> None:
-    from collector.time_window import time_grid
     from tests.runs import shared_prefix_run
 
-    with duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True) as connection:
+    with RunFile.open(shared_prefix_run(tmp_path)) as run_file:
         # b0's bucket: two pool snapshots at 10 ms, after its prefill (2 of 5 blocks free)
         # and after it finished (all 5 free).
-        window = time_grid(connection).buckets(200, 200)
-        timeline = queries.pool_timeline(connection, window=window)
-        low = queries.low_free_periods(connection, 0.5, window)
-        extremes = queries.free_block_extremes(connection, 0.5, window)
-        evictions = queries.event_times(connection, "evict", window=window)
-        late_evictions = queries.event_times(
-            connection, "evict", window=time_grid(connection).buckets(550, 600)
+        window = time_grid(run_file).buckets(200, 200)
+        timeline = pool_timeline(run_file, window=window)
+        low = low_free_periods(run_file, 0.5, window)
+        extremes = free_block_extremes(run_file, 0.5, window)
+        evictions = event_times(run_file, "evict", window=window)
+        late_evictions = event_times(
+            run_file, "evict", window=time_grid(run_file).buckets(550, 600)
         )
     assert timeline.to_dict("records") == [
         {"t_s": 0.01, "free_uncached": 2, "cached_free": 0, "in_use": 3, "free": 2}

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.store import RunStore, live_copy_path
-from collector.summary import run_summary
+from collector.queries.summary import run_summary
+from collector.store.run_file import RunFile, RunStore, live_copy_path
 from engine_hooks.privacy import Pseudonymizer
 from tests.conftest import REPO, SECRET
 from tests.engine import collector_process, recorded_drops, stored_record_numbers
@@ -99,7 +98,7 @@ def live_copy_requests(run: Path) -> int:
         return 0
     store = RunStore.open(live_copy_path(run))
     try:
-        return int(run_summary(store.connection)["requests"])
+        return int(run_summary(store)["requests"])
     finally:
         store.close()
 
@@ -175,11 +174,11 @@ def served(model: str, tmp_path_factory: pytest.TempPathFactory) -> ServedRun:
 
 def requests_by_response(served: ServedRun) -> dict[str, tuple[Any, ...]]:
     """The run's request rows keyed by the OpenAI response id they belong to."""
-    with duckdb.connect(str(served.run), read_only=True) as connection:
-        rows = connection.execute(
+    with RunFile.open(served.run) as run_file:
+        rows = run_file.rows(
             "SELECT request_id, num_prompt_tokens, num_hit_tokens, tenant, lora, salt_hash,"
             " num_preemptions FROM requests"
-        ).fetchall()
+        )
     by_response: dict[str, tuple[Any, ...]] = {}
     for completion in served.completions:
         matches = [row for row in rows if row[0].startswith(completion.response_id + "-")]
@@ -198,8 +197,8 @@ def test_every_request_is_captured_with_vllms_own_cached_tokens(served: ServedRu
 
 
 def test_totals_equal_vllms_prometheus_counters(served: ServedRun) -> None:
-    with duckdb.connect(str(served.run), read_only=True) as connection:
-        summary = run_summary(connection)
+    with RunFile.open(served.run) as run_file:
+        summary = run_summary(run_file)
     metrics = served.vllm_metrics
     assert summary["requests"] == len(served.completions)
     assert summary["prompt_tokens"] == metrics["vllm:prefix_cache_queries_total"]
@@ -209,10 +208,10 @@ def test_totals_equal_vllms_prometheus_counters(served: ServedRun) -> None:
 
 
 def test_stores_and_evictions_equal_vllms_own_kv_events(served: ServedRun) -> None:
-    with duckdb.connect(str(served.run), read_only=True) as connection:
+    with RunFile.open(served.run) as run_file:
 
         def hashes(query: str) -> list[int]:
-            return [int(row[0]) for row in connection.execute(query).fetchall()]
+            return [int(row[0]) for row in run_file.rows(query)]
 
         stored = hashes("SELECT block_hash FROM events WHERE kind = 'store' ORDER BY seq, pos")
         evicted = hashes("SELECT block_hash FROM events WHERE kind = 'evict' ORDER BY seq, pos")
@@ -223,7 +222,7 @@ def test_stores_and_evictions_equal_vllms_own_kv_events(served: ServedRun) -> No
         vllm_removed = hashes(
             f"SELECT block_hash FROM vllm_kv_events WHERE kind = 'removed' {vllm_order}"
         )
-        gaps = connection.execute("SELECT count(*) FROM vllm_kv_gaps").fetchone()
+        gaps = run_file.row("SELECT count(*) FROM vllm_kv_gaps")
     assert gaps == (0,)
     assert len(stored) > NUM_BLOCKS and len(evicted) > 0
     assert stored == vllm_stored
@@ -233,11 +232,9 @@ def test_stores_and_evictions_equal_vllms_own_kv_events(served: ServedRun) -> No
 def test_the_pool_runs_out_so_blocks_are_evicted_and_requests_preempted(
     served: ServedRun,
 ) -> None:
-    with duckdb.connect(str(served.run), read_only=True) as connection:
-        summary = run_summary(connection)
-        lowest_free = connection.execute(
-            "SELECT min(num_free + num_cached_free) FROM pool"
-        ).fetchone()
+    with RunFile.open(served.run) as run_file:
+        summary = run_summary(run_file)
+        lowest_free = run_file.row("SELECT min(num_free + num_cached_free) FROM pool")
     assert summary["num_blocks"] == NUM_BLOCKS
     assert summary["evictions"] > 0
     assert summary["preemptions"] > 0
@@ -362,7 +359,7 @@ def test_offline_llm_burst_at_start_drops_nothing(model: str, tmp_path: Path) ->
     (summary,) = capture_summaries(result.stdout + result.stderr)
     assert summary.dropped == summary.lost == 0
     assert summary.delivered == summary.records > 300
-    with duckdb.connect(str(run), read_only=True) as connection:
-        figures = run_summary(connection)
+    with RunFile.open(run) as run_file:
+        figures = run_summary(run_file)
     assert figures["requests"] == 300 and figures["dropped_events"] == 0
     assert stored_record_numbers(run) == list(range(summary.records))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector.block_manager import CacheSettings
 from collector.cli import main
-from collector.replay import ReplayOptions, replay
+from collector.replay.block_manager import CacheSettings
+from collector.replay.replayer import ReplayOptions, replay
+from collector.store.run_file import RunFile
 from tests.conftest import SECRET
 
 # ../shared/traces/mooncake/README.md: pure LRU over 512-token blocks, block-weighted.
@@ -57,19 +57,19 @@ def test_event_accounting_is_exact(mooncake_trace: Path, tmp_path: Path) -> None
         limit=400,
     )
     summary = replay(mooncake_trace, out, options, SECRET)
-    with duckdb.connect(str(out), read_only=True) as connection:
-        stores, evictions, cleared = connection.execute(
+    with RunFile.open(out) as run_file:
+        stores, evictions, cleared = run_file.row(
             "SELECT count(*) FILTER (WHERE kind = 'store'), count(*) FILTER (WHERE kind = 'evict'),"
             " coalesce(sum(num_cleared), 0) FROM events"
-        ).fetchone()
+        )
         # At the end every request has finished, so every cached block is free and cached.
-        last_pool = connection.execute(
+        last_pool = run_file.row(
             "SELECT num_cached_free, num_in_use FROM pool ORDER BY seq DESC LIMIT 1"
-        ).fetchone()
-        seqs = connection.execute(
+        )
+        seqs = run_file.row(
             "SELECT count(DISTINCT seq), min(seq), max(seq) FROM "
             "(SELECT seq FROM events UNION ALL SELECT seq FROM pool)"
-        ).fetchone()
+        )
     assert evictions > 0 and summary["preemptions"] >= 0
     assert last_pool[1] == 0
     assert stores - evictions - cleared == last_pool[0]
@@ -89,11 +89,11 @@ def test_same_trace_same_options_same_events(mooncake_trace: Path, tmp_path: Pat
     tables = []
     for name in ("a.duckdb", "b.duckdb"):
         replay(mooncake_trace, tmp_path / name, options, SECRET)
-        with duckdb.connect(str(tmp_path / name), read_only=True) as connection:
+        with RunFile.open(tmp_path / name) as run_file:
             tables.append(
                 (
-                    connection.execute("SELECT * FROM events ORDER BY seq").fetchall(),
-                    connection.execute("SELECT * FROM pool ORDER BY seq").fetchall(),
+                    run_file.rows("SELECT * FROM events ORDER BY seq"),
+                    run_file.rows("SELECT * FROM pool ORDER BY seq"),
                 )
             )
     assert tables[0] == tables[1]

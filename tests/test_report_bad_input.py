@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from collector.cli import main
-from collector.schema import SCHEMA_VERSION
+from collector.store.schema import SCHEMA_VERSION
 from tests.conftest import REPO, SAMPLE_RUN
 
 GOOD_ROW = {"timestamp": 0, "token_ids": list(range(1, 40)), "output_length": 2}

@@ -10,11 +10,11 @@ from xml.etree import ElementTree
 import pytest
 
 from collector.report.checks import run_checks
-from collector.report.comparison import compare
 from collector.report.figures import RunFigures
 from collector.report.junit import render_junit
 from collector.report.markdown import render_markdown
 from collector.report.thresholds import Thresholds, load_thresholds
+from collector.report.verdict import compare
 from tests.conftest import REPO
 
 

@@ -4,27 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
-from collector import roi
-from collector.time_window import time_grid
+from collector.model import cost
+from collector.queries import roi
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.runs import shared_prefix_run, stored_hashes
 
-MODEL = roi.CostModel()  # Llama-3.1-8B on an H100 SXM at 40 % MFU, $2.50/GPU-hour
+MODEL = cost.CostModel()  # Llama-3.1-8B on an H100 SXM at 40 % MFU, $2.50/GPU-hour
 WIDTH = 32 * 128  # attention heads x head size
 
 
 @pytest.fixture
-def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+def run_file(tmp_path: Path) -> RunFile:
+    return RunFile.open(shared_prefix_run(tmp_path))
 
 
 def test_kv_bytes_per_block() -> None:
     # 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB per token.
     assert MODEL.kv_bytes_per_block(16) == 2 * 1024 * 1024
-    fp8 = roi.CostModel(kv_dtype_bytes=1, num_layers=80)
+    fp8 = cost.CostModel(kv_dtype_bytes=1, num_layers=80)
     assert fp8.kv_bytes_per_block(16) == 80 * 8 * 128 * 2 * 16
 
 
@@ -54,17 +55,17 @@ def test_gpu_seconds_and_money() -> None:
     assert MODEL.memory_dollars(80e9 * 3600) == pytest.approx(2.5)
 
 
-def test_held_block_seconds(connection: duckdb.DuckDBPyConnection) -> None:
-    grid = time_grid(connection)
+def test_held_block_seconds(run_file: RunFile) -> None:
+    grid = time_grid(run_file)
     # A1 and A2 30 ms, B3 20 ms (then evicted), C2 10 ms, S1 and S2 stored at the end.
-    assert roi.held_block_seconds(connection, grid.whole_run()) == pytest.approx(0.09)
+    assert roi.held_block_seconds(run_file, grid.whole_run()) == pytest.approx(0.09)
     # In b0's bucket (50 us): A1, A2 and the new B3.
-    assert roi.held_block_seconds(connection, grid.buckets(200, 200)) == pytest.approx(150e-6)
+    assert roi.held_block_seconds(run_file, grid.buckets(200, 200)) == pytest.approx(150e-6)
 
 
-def test_prefix_savings(connection: duckdb.DuckDBPyConnection) -> None:
-    hashes = stored_hashes(connection)
-    families = roi.prefix_savings(connection, time_grid(connection).whole_run())
+def test_prefix_savings(run_file: RunFile) -> None:
+    hashes = stored_hashes(run_file)
+    families = roi.prefix_savings(run_file, time_grid(run_file).whole_run())
     # One family was hit (under A1): A1 twice at position 0, A2 once at position 1. The
     # salted family under S1 was never hit.
     records = families.to_dict("records")
@@ -79,7 +80,7 @@ def test_prefix_savings(connection: duckdb.DuckDBPyConnection) -> None:
         "first_stored_by": "a0",
     }
     # From 15 ms: a1's hit on A1; A1, A2 and B3 held 15 ms of it, C2 (stored at 20 ms) 10.
-    late = roi.prefix_savings(connection, time_grid(connection).buckets(300, 600))
+    late = roi.prefix_savings(run_file, time_grid(run_file).buckets(300, 600))
     assert late[["block_hits", "position_hits"]].to_dict("records") == [
         {"block_hits": 1, "position_hits": 0}
     ]
@@ -88,7 +89,7 @@ def test_prefix_savings(connection: duckdb.DuckDBPyConnection) -> None:
 
 def test_pricing() -> None:
     frame = pd.DataFrame({"hit_tokens": [8], "hit_tokens_squared": [64], "block_seconds": [3600.0]})
-    priced = roi.price_prompts(frame, MODEL, block_size=4).iloc[0]
+    priced = cost.price_prompts(frame, MODEL, block_size=4).iloc[0]
     flops = MODEL.prompt_flops(8.0, 64.0)
     assert priced["gpu_seconds_saved"] == pytest.approx(flops / (989e12 * 0.4))
     assert priced["dollars_saved"] == pytest.approx(flops / (989e12 * 0.4) / 3600 * 2.5)
@@ -96,13 +97,13 @@ def test_pricing() -> None:
     assert priced["gb_hours_held"] == pytest.approx(4 * 128 * 1024 / 1e9)
     assert priced["memory_dollars"] == pytest.approx(4 * 128 * 1024 / 80e9 * 2.5)
     blocks = pd.DataFrame({"block_hits": [2], "position_hits": [1], "block_seconds": [0.0]})
-    assert roi.price_blocks(blocks, MODEL, 4).iloc[0]["gpu_seconds_saved"] == pytest.approx(
+    assert cost.price_blocks(blocks, MODEL, 4).iloc[0]["gpu_seconds_saved"] == pytest.approx(
         priced["gpu_seconds_saved"]
     )
 
 
 def test_roi_figures_and_over_time() -> None:
-    totals = roi.roi_figures(
+    totals = cost.roi_figures(
         MODEL,
         hit_tokens=8,
         hit_tokens_squared=64,
@@ -119,7 +120,7 @@ def test_roi_figures_and_over_time() -> None:
         {"t_s": [0.0, 1.0], "hit_tokens": [0, 8], "hit_tokens_squared": [0, 64],
          "cached_blocks": [10, 20]}
     )  # fmt: skip
-    series = roi.savings_over_time(points, MODEL, 16)
+    series = cost.savings_over_time(points, MODEL, 16)
     assert series["gb_held"].tolist() == pytest.approx([10 * 2**21 / 1e9, 20 * 2**21 / 1e9])
     assert series["gpu_seconds_saved"].tolist()[0] == 0.0
     assert MODEL.compute_assumptions() == (

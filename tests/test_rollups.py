@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector import activity
-from collector.summary import run_summary
-from collector.time_window import time_grid
+from collector.queries import activity
+from collector.queries.summary import run_summary
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from tests.conftest import SAMPLE_RUN
 from tests.runs import shared_prefix_run, stored_hashes
 
@@ -18,18 +18,18 @@ MS = 1_000_000
 
 
 @pytest.fixture
-def connection(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True)
+def run_file(tmp_path: Path) -> RunFile:
+    return RunFile.open(shared_prefix_run(tmp_path))
 
 
-def rows(connection: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, object]]:
-    return connection.execute(sql).df().to_dict("records")
+def rows(run_file: RunFile, sql: str) -> list[dict[str, object]]:
+    return run_file.frame(sql).to_dict("records")
 
 
-def test_time_grid(connection: duckdb.DuckDBPyConnection) -> None:
+def test_time_grid(run_file: RunFile) -> None:
     # 30 ms / 1000 buckets wants 30 us; the next 1-2-5 step is 50 us. Five usable blocks:
     # one block per heatmap row.
-    grid = time_grid(connection)
+    grid = time_grid(run_file)
     assert (grid.start_ns, grid.end_ns, grid.bucket_ns, grid.block_bin_size) == (
         0,
         30 * MS,
@@ -39,9 +39,9 @@ def test_time_grid(connection: duckdb.DuckDBPyConnection) -> None:
     assert grid.last_bucket == 600
 
 
-def test_time_rollup_rows(connection: duckdb.DuckDBPyConnection) -> None:
+def test_time_rollup_rows(run_file: RunFile) -> None:
     table = rows(
-        connection,
+        run_file,
         "SELECT bucket, requests, prompt_tokens, hit_tokens, prompt_blocks, hit_blocks, "
         "hit_tokens_squared, block_hits, stores, evictions, preemptions, collisions, "
         "dropped_events, pool_rows, min_free FROM time_rollup ORDER BY bucket",
@@ -64,8 +64,8 @@ def test_time_rollup_rows(connection: duckdb.DuckDBPyConnection) -> None:
     ]  # fmt: skip
 
 
-def test_block_heat_rows(connection: duckdb.DuckDBPyConnection) -> None:
-    table = rows(connection, "SELECT * FROM block_heat ORDER BY bucket, block_bin")
+def test_block_heat_rows(run_file: RunFile) -> None:
+    table = rows(run_file, "SELECT * FROM block_heat ORDER BY bucket, block_bin")
     cells = [(r["bucket"], r["block_bin"], r["hits"], r["stores"], r["evictions"]) for r in table]
     assert cells == [
         (0, 1, 0, 1, 0),
@@ -80,10 +80,10 @@ def test_block_heat_rows(connection: duckdb.DuckDBPyConnection) -> None:
     ]
 
 
-def test_cache_lifetimes_rows(connection: duckdb.DuckDBPyConnection) -> None:
-    names = {value: name for name, value in stored_hashes(connection).items()}
+def test_cache_lifetimes_rows(run_file: RunFile) -> None:
+    names = {value: name for name, value in stored_hashes(run_file).items()}
     table = rows(
-        connection,
+        run_file,
         "SELECT block_hash, block_id, stored_ns, ended_ns, ended_by, stored_by, tenant, "
         "salt_hash IS NOT NULL AS salted, root_hash FROM cache_lifetimes ORDER BY store_seq, "
         "block_position",
@@ -104,21 +104,21 @@ def test_cache_lifetimes_rows(connection: duckdb.DuckDBPyConnection) -> None:
     ]
 
 
-def test_lifetime_hits_and_family_hits(connection: duckdb.DuckDBPyConnection) -> None:
-    names = {value: name for name, value in stored_hashes(connection).items()}
-    lifetimes = connection.execute("SELECT block_hash, hits FROM cache_lifetimes").fetchall()
+def test_lifetime_hits_and_family_hits(run_file: RunFile) -> None:
+    names = {value: name for name, value in stored_hashes(run_file).items()}
+    lifetimes = run_file.rows("SELECT block_hash, hits FROM cache_lifetimes")
     assert {names[block]: hits for block, hits in lifetimes} == {
         "A1": 2, "A2": 1, "B3": 0, "C2": 0, "S1": 0, "S2": 0,
     }  # fmt: skip
-    families = rows(connection, "SELECT * FROM family_hits ORDER BY bucket")
+    families = rows(run_file, "SELECT * FROM family_hits ORDER BY bucket")
     assert [(r["bucket"], names[r["root_hash"]], r["block_hits"], r["position_hits"])
             for r in families] == [(200, "A1", 2, 1), (400, "A1", 1, 0)]  # fmt: skip
 
 
-def test_prefix_blocks_rows(connection: duckdb.DuckDBPyConnection) -> None:
-    hashes = stored_hashes(connection)
+def test_prefix_blocks_rows(run_file: RunFile) -> None:
+    hashes = stored_hashes(run_file)
     names = {value: name for name, value in hashes.items()}
-    table = rows(connection, "SELECT * FROM prefix_blocks")
+    table = rows(run_file, "SELECT * FROM prefix_blocks")
     blocks = {
         names[r["block_hash"]]: (
             None if r["parent_hash"] is None or r["parent_hash"] != r["parent_hash"]
@@ -140,9 +140,9 @@ def test_prefix_blocks_rows(connection: duckdb.DuckDBPyConnection) -> None:
     assert [names[r["block_hash"]] for r in table[:2]] == ["A1", "A2"]
 
 
-def test_tenant_sharing_rows(connection: duckdb.DuckDBPyConnection) -> None:
+def test_tenant_sharing_rows(run_file: RunFile) -> None:
     table = rows(
-        connection,
+        run_file,
         "SELECT bucket, stored_tenant, hit_tenant, stored_salt, block_hits FROM tenant_sharing",
     )
     assert table == [
@@ -155,9 +155,9 @@ def test_tenant_sharing_rows(connection: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_sample_rollups_match_the_raw_event_figures() -> None:
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
-        summary = run_summary(connection)
-        figures = activity.window_figures(connection, time_grid(connection).whole_run())
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        summary = run_summary(run_file)
+        figures = activity.window_figures(run_file, time_grid(run_file).whole_run())
     for name, value in figures.items():
         if name != "hit_tokens_squared":
             assert value == summary[name], name

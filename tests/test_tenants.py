@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from collector import tenants
-from collector.time_window import time_grid
+from collector.queries import tenants
+from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
 from engine_hooks.privacy import Pseudonymizer
 from tests.conftest import SECRET
 from tests.helpers import tiny_run
@@ -17,9 +17,9 @@ from tests.runs import shared_prefix_run
 
 
 def test_tenant_usage(tmp_path: Path) -> None:
-    with duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True) as connection:
-        window = time_grid(connection).whole_run()
-        usage = tenants.tenant_usage(connection, window)
+    with RunFile.open(shared_prefix_run(tmp_path)) as run_file:
+        window = time_grid(run_file).whole_run()
+        usage = tenants.tenant_usage(run_file, window)
     duration = window.duration_s  # 601 buckets of 50 us
     records = usage.to_dict("records")
     for record in records:
@@ -40,8 +40,8 @@ def test_tenant_usage(tmp_path: Path) -> None:
 
 
 def test_cross_tenant_hits_unsalted(tmp_path: Path) -> None:
-    with duckdb.connect(str(shared_prefix_run(tmp_path)), read_only=True) as connection:
-        cross = tenants.cross_tenant_hits(connection, time_grid(connection).whole_run())
+    with RunFile.open(shared_prefix_run(tmp_path)) as run_file:
+        cross = tenants.cross_tenant_hits(run_file, time_grid(run_file).whole_run())
     assert cross.to_dict("records") == [
         {"stored_tenant": "a", "hit_tenant": "a", "block_hits": 1, "unsalted_hits": 1,
          "cross_tenant": False},
@@ -82,8 +82,8 @@ def test_cross_tenant_hits_and_salts(
     unsalted_hits: int,
 ) -> None:
     run = tiny_run(tmp_path, _two_tenants(salt_x, salt_y), num_blocks=10, reveal_tenants=True)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        cross = tenants.cross_tenant_hits(connection, time_grid(connection).whole_run())
+    with RunFile.open(run) as run_file:
+        cross = tenants.cross_tenant_hits(run_file, time_grid(run_file).whole_run())
     assert int(cross.loc[cross["cross_tenant"], "block_hits"].sum()) == shared_hits
     # A shared salt is still a side channel, but not an unsalted one.
     assert int(cross["unsalted_hits"].sum()) == unsalted_hits
@@ -93,10 +93,10 @@ def test_adapters_do_not_share(tmp_path: Path) -> None:
     run = tiny_run(
         tmp_path, _two_tenants(None, None, lora_y="y-adapter"), num_blocks=10, reveal_tenants=True
     )
-    with duckdb.connect(str(run), read_only=True) as connection:
-        window = time_grid(connection).whole_run()
-        cross = tenants.cross_tenant_hits(connection, window)
-        usage = tenants.tenant_usage(connection, window)
+    with RunFile.open(run) as run_file:
+        window = time_grid(run_file).whole_run()
+        cross = tenants.cross_tenant_hits(run_file, window)
+        usage = tenants.tenant_usage(run_file, window)
     assert cross.empty
     assert usage[["tenant", "lora", "hit_tokens", "blocks_stored"]].to_dict("records") == [
         {"tenant": "x", "lora": "(none)", "hit_tokens": 0, "blocks_stored": 2},
@@ -119,10 +119,10 @@ def test_tenant_and_adapter_names_are_pseudonyms_unless_revealed(
         for index in range(4)
     ]
     run = tiny_run(tmp_path, rows, reveal_tenants=reveal, num_blocks=20)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        labels = connection.execute(
+    with RunFile.open(run) as run_file:
+        labels = run_file.rows(
             "SELECT DISTINCT tenant, lora FROM requests ORDER BY lora NULLS FIRST"
-        ).fetchall()
+        )
     names = Pseudonymizer(SECRET, reveal_tenants=reveal)
     assert labels == [
         (names.tenant("acme"), None),

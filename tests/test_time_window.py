@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.time_window import TimeGrid
+from collector.model.time_window import TimeGrid
 
 GRID = TimeGrid(start_ns=1_000, end_ns=1_000 + 9_999, bucket_ns=1_000, block_bin_size=1)
 

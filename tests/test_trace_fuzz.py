@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from collector.traces import TraceError, read_trace
+from collector.replay.traces import TraceError, read_trace
 
 CASES_PER_FORMAT = 3_000  # x 2 formats x (plain, gzip) = 12,000 traces per run
 

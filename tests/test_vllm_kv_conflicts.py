@@ -8,16 +8,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
-from collector.block_manager import CacheSettings
-from collector.store import RunStore
-from collector.summary import run_summary
-from collector.vllm_kv_conflicts import HashConflictDetector
-from collector.vllm_kv_ingest import append_vllm_batches
-from collector.vllm_kv_queries import vllm_kv_summary
-from collector.vllm_kv_wire import (
+from collector.live.vllm_kv.conflicts import HashConflictDetector
+from collector.live.vllm_kv.ingest import append_vllm_batches
+from collector.live.vllm_kv.wire import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -25,6 +20,10 @@ from collector.vllm_kv_wire import (
     ReceivedBatch,
     WireEvent,
 )
+from collector.queries.summary import run_summary
+from collector.queries.vllm_kv import vllm_kv_summary
+from collector.replay.block_manager import CacheSettings
+from collector.store.run_file import RunFile, RunStore
 from tests.conftest import SAMPLE_RUN, SAMPLE_TRACE
 from tests.helpers import cached_block_count
 from tests.vllm_kv_pipeline import (
@@ -132,10 +131,10 @@ def test_no_conflict_across_groups_or_between_full_hashes() -> None:
     )
 
 
-def table_rows(connection: duckdb.DuckDBPyConnection, table: str) -> list[tuple[Any, ...]]:
-    return connection.execute(
+def table_rows(run_file: RunFile, table: str) -> list[tuple[Any, ...]]:
+    return run_file.rows(
         f"SELECT * EXCLUDE (first_tokens_digest, second_tokens_digest) FROM {table}"
-    ).fetchall()
+    )
 
 
 def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
@@ -168,7 +167,7 @@ def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
         run = events_run(tmp_path / "run.duckdb", CacheSettings(4, 5))
         append_vllm_batches(run, batches, [], HashConflictDetector(record_token_ids=True))
     first = (0, 0, 0, 100_000_000_000, None, 4, None)
-    assert table_rows(run.connection, "vllm_kv_conflicts") == [
+    assert table_rows(run, "vllm_kv_conflicts") == [
         (
             H,
             None,
@@ -202,11 +201,9 @@ def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
             [1, 2, 3, 4],
         ),
     ]
-    digests = run.connection.execute(
-        "SELECT first_tokens_digest = second_tokens_digest FROM vllm_kv_conflicts"
-    ).fetchall()
+    digests = run.rows("SELECT first_tokens_digest = second_tokens_digest FROM vllm_kv_conflicts")
     assert digests == [(False,), (True,)]
-    assert vllm_kv_summary(run.connection)["conflicts"] == 2
+    assert vllm_kv_summary(run)["conflicts"] == 2
     run.close()
 
 
@@ -243,7 +240,7 @@ def test_a_weak_hash_gives_exactly_the_conflicts_vllms_own_hashes_predict(
     settings = CacheSettings(block_size=16, num_blocks=20_000)  # nothing is evicted
     run = events_run(tmp_path / "run.duckdb", settings)
     source, _ = replay_sample(sockets, run, settings, hash_fn=weak_sha256(12), limit=150)
-    summary = vllm_kv_summary(run.connection)
+    summary = vllm_kv_summary(run)
     assert summary["removed_blocks"] == 0 and summary["lost_batches"] == 0
     # Counted from vLLM's own cache: full hashes of every cached block, grouped by the
     # 64-bit form vLLM publishes; each distinct block beyond a group's first is one conflict.
@@ -268,8 +265,8 @@ def test_vllms_sha256_on_the_sample_workload_gives_no_conflict(
     settings = CacheSettings(block_size=16, num_blocks=1_200)
     run = events_run(tmp_path / "run.duckdb", settings)
     source, detector = replay_sample(sockets, run, settings)
-    summary = vllm_kv_summary(run.connection)
-    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as sample:
+    summary = vllm_kv_summary(run)
+    with RunFile.open(SAMPLE_RUN) as sample:
         hooks = run_summary(sample)
     assert summary["stored_blocks"] == hooks["stores"] == detector.num_blocks_checked
     assert summary["removed_blocks"] == hooks["evictions"]

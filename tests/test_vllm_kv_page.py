@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.block_manager import CacheSettings
-from collector.vllm_kv_conflicts import HashConflictDetector
-from collector.vllm_kv_ingest import append_vllm_batches
-from collector.vllm_kv_queries import vllm_kv_summary
-from collector.vllm_kv_subscriber import NOT_IN_BUFFER
-from collector.vllm_kv_wire import Gap
+from collector.live.vllm_kv.conflicts import HashConflictDetector
+from collector.live.vllm_kv.ingest import append_vllm_batches
+from collector.live.vllm_kv.subscriber import NOT_IN_BUFFER
+from collector.live.vllm_kv.wire import Gap
+from collector.queries.vllm_kv import vllm_kv_summary
+from collector.replay.block_manager import CacheSettings
 from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screenshot_page
 from tests.conftest import REPO, SAMPLE_RUN, SAMPLE_TRACE
 from tests.test_screenshots import png_is_not_blank
@@ -33,7 +33,7 @@ from tests.vllm_kv_pipeline import (
     wait_until_sent,
     zmq_publisher,
 )
-from visualizer.vllm_kv_charts import vllm_kv_activity_figure
+from visualizer.charts.vllm_kv import vllm_kv_activity_figure
 
 PAGE = "views/vllm_kv_events.py"
 SETTINGS = CacheSettings(block_size=16, num_blocks=600)
@@ -111,10 +111,10 @@ def test_the_sample_run_says_it_has_none_and_how_to_collect_them() -> None:
 
 
 def test_a_collected_run_shows_what_vllm_sent(collected_run: Path) -> None:
-    from collector.store import RunStore
+    from collector.store.run_file import RunStore
 
     store = RunStore.open(collected_run)
-    summary = vllm_kv_summary(store.connection)
+    summary = vllm_kv_summary(store)
     store.close()
     assert summary["removed_blocks"] > 0 and summary["clears"] == 1
     app = open_page(collected_run)

@@ -8,20 +8,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
-from collector.block_manager import CacheSettings
-from collector.vllm_kv_conflicts import HashConflictDetector
-from collector.vllm_kv_ingest import append_vllm_batches
-from collector.vllm_kv_subscriber import (
+from collector.live.vllm_kv.conflicts import HashConflictDetector
+from collector.live.vllm_kv.ingest import append_vllm_batches
+from collector.live.vllm_kv.subscriber import (
     NO_REPLAY_ENDPOINT,
     NOT_IN_BUFFER,
     REPLAY_TIMED_OUT,
     UNDECODABLE,
     VllmKvEventSubscriber,
 )
-from collector.vllm_kv_wire import ReceivedBatch
+from collector.live.vllm_kv.wire import ReceivedBatch
+from collector.replay.block_manager import CacheSettings
+from collector.store.run_file import RunFile
 from tests.vllm_kv_pipeline import (
     EventSource,
     checked_sockets,
@@ -46,15 +46,15 @@ def sockets() -> Iterator[Path]:
         yield directory
 
 
-def stored_rows(connection: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
-    return connection.execute(
+def stored_rows(run_file: RunFile) -> list[tuple[Any, ...]]:
+    return run_file.rows(
         """
         SELECT seq, event_index, block_position, ts_ns, kind::VARCHAR, block_hash,
             parent_hash, num_tokens
         FROM vllm_kv_events
         ORDER BY seq, event_index, block_position
         """
-    ).fetchall()
+    )
 
 
 def seqs(batches: list[ReceivedBatch]) -> list[int]:
@@ -85,7 +85,7 @@ def test_every_event_of_a_scripted_workload_is_stored_exactly(
     c0, c1, c2 = (low64(block_hash) for block_hash in third.block_hashes)
     assert [low64(block_hash) for block_hash in second.block_hashes] == [a0, a1]
     ns = 1_000_000_000
-    assert stored_rows(run.connection) == [
+    assert stored_rows(run) == [
         # r1's prefill (step 1, t=1000 s) stores its two full prompt blocks.
         (0, 0, 0, 1000 * ns, "stored", a0, None, 4),
         (0, 0, 1, 1000 * ns, "stored", a1, a0, 4),
@@ -101,9 +101,9 @@ def test_every_event_of_a_scripted_workload_is_stored_exactly(
         # reset_prefix_cache (step 10).
         (3, 0, None, 1004_500_000_000, "cleared", None, None, None),
     ]
-    batches = run.connection.execute(
+    batches = run.rows(
         "SELECT endpoint, dp_rank, epoch, seq, ts_ns, num_events FROM vllm_kv_batches ORDER BY seq"
-    ).fetchall()
+    )
     endpoint = subscriber.endpoint
     assert batches == [
         (endpoint, 0, 0, 0, 1000 * ns, 1),
@@ -111,7 +111,7 @@ def test_every_event_of_a_scripted_workload_is_stored_exactly(
         (endpoint, 0, 0, 2, 1003_500_000_000, 3),
         (endpoint, 0, 0, 3, 1004_500_000_000, 1),
     ]
-    medium = run.connection.execute("SELECT DISTINCT medium FROM vllm_kv_events").fetchall()
+    medium = run.rows("SELECT DISTINCT medium FROM vllm_kv_events")
     assert sorted(medium, key=str) == [("GPU",), (None,)]  # the clear has no medium
     run.close()
 
@@ -136,7 +136,7 @@ def test_a_prefix_hit_emits_a_block_stored_only_in_full_report_mode(
     a0, a1 = (low64(block_hash) for block_hash in first.block_hashes)
     ns = 1_000_000_000
     # The re-report comes at the lookup (step 4) and says exactly what the store said.
-    assert stored_rows(run.connection) == [
+    assert stored_rows(run) == [
         (0, 0, 0, 1000 * ns, "stored", a0, None, 4),
         (0, 0, 1, 1000 * ns, "stored", a1, a0, 4),
         (1, 0, 0, 1002 * ns, "stored", a0, None, 4),
@@ -171,9 +171,7 @@ def test_batches_published_before_the_subscriber_are_healed_by_replay(
     ]
     run = events_run(tmp_path / "run.duckdb", ROOMY)
     append_vllm_batches(run, received, [], HashConflictDetector())
-    counts = run.connection.execute(
-        "SELECT count(*), count(*) FILTER (WHERE replayed) FROM vllm_kv_batches"
-    ).fetchone()
+    counts = run.row("SELECT count(*), count(*) FILTER (WHERE replayed) FROM vllm_kv_batches")
     assert counts == (newest + 1, num_replayed)
     run.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from collector import vllm_kv_wire
+from collector.live.vllm_kv import wire as vllm_kv_wire
 from tests.test_layering import loaded_modules
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -115,7 +115,7 @@ def test_hash64_is_vllms_own_conversion() -> None:
 def test_the_subscriber_loads_neither_vllm_nor_torch() -> None:
     """The collector starts in a blink: decoding vLLM's events does not import vLLM."""
     modules = loaded_modules(
-        "import collector.vllm_kv_subscriber, collector.vllm_kv_ingest, "
-        "collector.vllm_kv_conflicts, collector.vllm_kv_queries"
+        "import collector.live.vllm_kv.subscriber, collector.live.vllm_kv.ingest, "
+        "collector.live.vllm_kv.conflicts, collector.queries.vllm_kv"
     )
     assert not modules & {"vllm", "torch", "streamlit", "plotly"}

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from collector.advisor import RunContext
 from collector.advisor.cache_size import recommend_size
-from collector.block_manager import CacheSettings
 from collector.cli import main
-from collector.kv_memory import MODELS
-from collector.replay import ReplayOptions
-from collector.store import RunStore
-from collector.summary import run_summary
-from collector.whatif import Source, SweepPoint, read_results, run_sweep, write_results
+from collector.model.kv_memory import MODELS
+from collector.queries.summary import run_summary
+from collector.replay.block_manager import CacheSettings
+from collector.replay.replayer import ReplayOptions
+from collector.replay.whatif import Source, SweepPoint, read_results, run_sweep, write_results
+from collector.store.run_file import RunFile, RunStore
 from tests.conftest import SECRET
 from tests.helpers import tiny_run
 
@@ -72,7 +71,7 @@ def test_whatif_on_a_trace_writes_comparable_runs(
     for row in results:
         store = RunStore.open(out / row["run"])
         try:
-            summary = run_summary(store.connection)
+            summary = run_summary(store)
         finally:
             store.close()
         assert summary["token_hit_ratio"] == row["token_hit_ratio"]
@@ -84,8 +83,8 @@ def test_whatif_on_a_trace_writes_comparable_runs(
 
 def test_whatif_on_a_run_replays_its_recorded_requests(tmp_path: Path) -> None:
     run = tiny_run(tmp_path, chat_rows(), num_blocks=14, record_token_ids=True)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        original = run_summary(connection)
+    with RunFile.open(run) as run_file:
+        original = run_summary(run_file)
     options = ReplayOptions(settings=CacheSettings(4, 14), reveal_tenants=True)
     points = [SweepPoint(4, 14, 1), SweepPoint(4, 400, 1)]
     results = run_sweep(Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1)
@@ -96,8 +95,8 @@ def test_whatif_on_a_run_replays_its_recorded_requests(tmp_path: Path) -> None:
     assert larger["hit_tokens"] > same["hit_tokens"]
     # advise --whatif takes the cache size from these replays instead of the curve.
     write_results(tmp_path / "sweep", Source(run), options, MODELS["llama-3.1-8b"], results)
-    with duckdb.connect(str(run), read_only=True) as connection:
-        context = RunContext(connection, run, whatif=read_results(tmp_path / "sweep"))
+    with RunFile.open(run) as run_file:
+        context = RunContext(run_file, run, whatif=read_results(tmp_path / "sweep"))
         recommendation = recommend_size(context)
     assert recommendation.source == "what-if replays through vLLM (2 pool sizes)"
     assert recommendation.num_blocks == 400

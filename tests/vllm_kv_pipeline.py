@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from collector.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.store import RunConfig, RunStore
-from collector.vllm_kv_subscriber import VllmKvEventSubscriber
-from collector.vllm_kv_wire import ReceivedBatch
+from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
+from collector.live.vllm_kv.wire import ReceivedBatch
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.store.run_file import RunConfig, RunStore
 
 TOPIC = "kvscope-test"
 FIRST_TS = 1_000.0  # the engine's wall clock (s) at the first step
@@ -132,8 +132,8 @@ class EventSource:
     def replay(self, trace_path: Path, limit: int | None = None) -> None:
         """Push a trace through kvscope's step model (timestamps timing, 32 running at most),
         one KVEventBatch per step stamped with the trace's clock."""
-        from collector.simulator import Simulator, StepModel, VirtualClock
-        from collector.traces import read_trace
+        from collector.replay.simulator import Simulator, StepModel, VirtualClock
+        from collector.replay.traces import read_trace
 
         clock = VirtualClock()
 
@@ -192,7 +192,7 @@ def low64(block_hash: bytes) -> int:
 
 def events_run(path: Path, settings: CacheSettings) -> RunStore:
     """A new run file for what a `kvscope collect --vllm-kv-events` session would store."""
-    from collector.block_manager import require_vllm
+    from collector.replay.block_manager import require_vllm
 
     config = RunConfig(
         source="vllm-kv-events",

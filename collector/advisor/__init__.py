@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collector.advisor.context import RunContext
 from collector.advisor.ranking import RULES, Advice, advise
-from collector.advisor.suggestion import Chart, Check, NotApplicable, Series, Suggestion
+from collector.advisor.suggestion import Chart, NotApplicable, RuleOutcome, Series, Suggestion
 
 __all__ = [
     "RULES",
     "Advice",
     "Chart",
-    "Check",
     "NotApplicable",
+    "RuleOutcome",
     "RunContext",
     "Series",
     "Suggestion",

@@ -14,8 +14,8 @@ import numpy as np
 
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
-from collector.kv_memory import blocks_for_gib, gib_for_blocks, vllm_pool_settings
-from collector.mrc import MissRatioCurve
+from collector.model.kv_memory import blocks_for_gib, gib_for_blocks, vllm_pool_settings
+from collector.model.mrc import MissRatioCurve
 
 TARGET_FRACTION = 0.95
 MEMORY_STEPS_GIB = (1, 2, 4, 8, 16)

@@ -6,15 +6,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from collector import queries
 from collector.advisor.suggestion import NotApplicable
-from collector.block_stream import Namespace, trace_block_stream, vllm_namespace
-from collector.kv_memory import MODELS, GpuMemory, KVSpec
-from collector.mrc import MissRatioCurve, miss_ratio_curve
-from collector.summary import run_summary
-from collector.traces import TraceRequest
+from collector.model.block_stream import Namespace, trace_block_stream, vllm_namespace
+from collector.model.kv_memory import MODELS, GpuMemory, KVSpec
+from collector.model.mrc import MissRatioCurve, miss_ratio_curve
+from collector.queries.config import RunRow, run_config
+from collector.queries.summary import RunSummary, run_summary
+from collector.replay.traces import TraceRequest
+from collector.store.run_file import RunFile
 
 
 class RunContext:
@@ -22,13 +21,13 @@ class RunContext:
 
     def __init__(
         self,
-        connection: duckdb.DuckDBPyConnection,
+        run: RunFile,
         path: Path,
         spec: KVSpec = MODELS["llama-3.1-8b"],
         gpu: GpuMemory | None = None,
         whatif: dict[str, Any] | None = None,
     ) -> None:
-        self.connection = connection
+        self.run = run
         self.path = path
         self.spec = spec
         self.gpu = gpu
@@ -36,12 +35,12 @@ class RunContext:
         self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
 
     @cached_property
-    def config(self) -> dict[str, Any]:
-        return queries.run_config(self.connection)
+    def config(self) -> RunRow:
+        return run_config(self.run)
 
     @cached_property
-    def summary(self) -> dict[str, Any]:
-        return run_summary(self.connection)
+    def summary(self) -> RunSummary:
+        return run_summary(self.run)
 
     @property
     def block_size(self) -> int:
@@ -54,28 +53,28 @@ class RunContext:
     @cached_property
     def curve(self) -> MissRatioCurve:
         """The one-pass curve of the run's own block hashes (one request at a time)."""
-        from collector.block_stream import run_block_stream
+        from collector.queries.requests import run_block_stream
 
-        block_size, stream = run_block_stream(self.connection)
+        block_size, stream = run_block_stream(self.run)
         return miss_ratio_curve(stream, block_size)
 
     @cached_property
     def has_token_ids(self) -> bool:
-        from collector.run_requests import has_token_ids
+        from collector.queries.requests import has_token_ids
 
-        return has_token_ids(self.connection)
+        return has_token_ids(self.run)
 
     @cached_property
     def requests(self) -> list[TraceRequest]:
         """The run's requests with their prompts; NotApplicable without recorded token ids."""
-        from collector.run_requests import requests_from_run
+        from collector.queries.requests import requests_from_run
 
         if not self.has_token_ids:
             raise NotApplicable(
                 "needs the prompts' token ids, which this run did not record "
                 "(replay with --record-token-ids)"
             )
-        return requests_from_run(self.connection, self.path)
+        return requests_from_run(self.run, self.path)
 
     def token_curve(
         self, block_size: int, namespace: Namespace = vllm_namespace, label: str = "vllm"

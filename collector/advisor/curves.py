@@ -11,8 +11,8 @@ from collector.advisor.block_size import CANDIDATE_BLOCK_SIZES
 from collector.advisor.cache_size import recommend_size, smallest_pool_reaching
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, NotApplicable, Series
-from collector.kv_memory import gib_for_blocks
-from collector.mrc import MissRatioCurve
+from collector.model.kv_memory import gib_for_blocks
+from collector.model.mrc import MissRatioCurve
 
 
 def _series(context: RunContext, name: str, curve: MissRatioCurve, max_gib: float) -> Series:

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from collector.advisor.context import RunContext
-from collector.advisor.run_queries import mean_hit_tokens
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
-from collector.block_stream import trace_block_stream
-from collector.mrc import miss_ratio_curve
+from collector.model.block_stream import trace_block_stream
+from collector.model.mrc import miss_ratio_curve
+from collector.queries.requests import mean_hit_tokens
+from collector.replay.traces import TraceRequest
 from collector.safe_text import code
-from collector.traces import TraceRequest
 
 WINDOW = 16
 SCAN_TOKENS = 512  # "near the start": fields that begin within this many tokens
@@ -153,7 +153,7 @@ def _suggestion(
     gain_tokens = max(after - now, 0.0)
     width = found.end - found.start
     shared = found.start + found.agreement
-    hits_now = mean_hit_tokens(context.connection, [request.request_id for request in members])
+    hits_now = mean_hit_tokens(context.run, [request.request_id for request in members])
     per_request = shared // block_size * block_size - found.start // block_size * block_size
     return Suggestion(
         rule="dynamic-field",

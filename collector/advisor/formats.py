@@ -6,7 +6,7 @@ from typing import Any
 
 from collector.advisor.context import RunContext
 from collector.advisor.ranking import Advice
-from collector.queries import describe_source
+from collector.queries.config import describe_source
 
 
 def run_line(context: RunContext) -> str:

@@ -8,8 +8,9 @@ can craft a prompt whose blocks collide with another tenant's and be served thei
 from __future__ import annotations
 
 from collector.advisor.context import RunContext
-from collector.advisor.run_queries import num_collisions, num_tenants
 from collector.advisor.suggestion import Suggestion
+from collector.queries.collisions import num_collisions
+from collector.queries.tenants import num_tenants
 
 NON_CRYPTOGRAPHIC = ("xxhash", "xxhash_cbor")
 
@@ -17,7 +18,7 @@ NON_CRYPTOGRAPHIC = ("xxhash", "xxhash_cbor")
 def hash_algorithm(context: RunContext) -> list[Suggestion]:
     """Fire for xxhash when the run serves two or more tenants."""
     algorithm = context.config["hash_algo"]
-    tenants = num_tenants(context.connection)
+    tenants = num_tenants(context.run)
     if algorithm not in NON_CRYPTOGRAPHIC or tenants < 2:
         return []
     replacement = "sha256_cbor" if algorithm.endswith("_cbor") else "sha256"
@@ -29,7 +30,7 @@ def hash_algorithm(context: RunContext) -> list[Suggestion]:
             evidence=[
                 f"the run hashes blocks with {algorithm}, a fast non-cryptographic hash",
                 f"{tenants} tenants share one cache; kvscope's independent fingerprints saw "
-                f"{num_collisions(context.connection)} collisions in this run (a crafted one "
+                f"{num_collisions(context.run)} collisions in this run (a crafted one "
                 "would not show up until it is used)",
             ],
             effect=(

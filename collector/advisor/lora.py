@@ -13,10 +13,10 @@ from collections.abc import Hashable
 
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
-from collector.block_stream import RequestBlocks, trace_block_stream
-from collector.kv_memory import gib_for_blocks
+from collector.model.block_stream import RequestBlocks, trace_block_stream
+from collector.model.kv_memory import gib_for_blocks
+from collector.replay.traces import TraceRequest
 from collector.safe_text import code
-from collector.traces import TraceRequest
 
 BASE_MODEL = "(base model)"
 
@@ -30,11 +30,7 @@ def lora_split(context: RunContext) -> list[Suggestion]:
     requests = context.requests
     block_size = context.block_size
     stream = trace_block_stream(requests, block_size, _without_adapter)
-    adapters_by_block: dict[Hashable, set[str | None]] = defaultdict(set)
-    for request, blocks in zip(requests, stream, strict=True):
-        for key in blocks.keys:
-            adapters_by_block[key].add(request.lora)
-    split = {key: adapters for key, adapters in adapters_by_block.items() if len(adapters) > 1}
+    split = _split_blocks(requests, stream)
     if not split:
         return []
     duplicates = sum(len(adapters) - 1 for adapters in split.values())
@@ -79,17 +75,34 @@ def lora_split(context: RunContext) -> list[Suggestion]:
             ),
             gain_tokens=gain,
             figures={"split_blocks": len(split), "duplicate_blocks": duplicates},
-            charts=[
-                Chart(
-                    kind="bar",
-                    title="Requests per adapter in the split prefix families",
-                    x_title="adapter",
-                    y_title="requests",
-                    series=[Series("requests", *_requests_per_adapter(requests, stream, split))],
-                )
-            ],
+            charts=[_adapter_chart(requests, stream, split)],
         )
     ]
+
+
+def _split_blocks(
+    requests: list[TraceRequest], stream: list[RequestBlocks]
+) -> dict[Hashable, set[str | None]]:
+    """Blocks of identical tokens cached under more than one adapter, and those adapters."""
+    adapters_by_block: dict[Hashable, set[str | None]] = defaultdict(set)
+    for request, blocks in zip(requests, stream, strict=True):
+        for key in blocks.keys:
+            adapters_by_block[key].add(request.lora)
+    return {key: adapters for key, adapters in adapters_by_block.items() if len(adapters) > 1}
+
+
+def _adapter_chart(
+    requests: list[TraceRequest],
+    stream: list[RequestBlocks],
+    split: dict[Hashable, set[str | None]],
+) -> Chart:
+    return Chart(
+        kind="bar",
+        title="Requests per adapter in the split prefix families",
+        x_title="adapter",
+        y_title="requests",
+        series=[Series("requests", *_requests_per_adapter(requests, stream, split))],
+    )
 
 
 def _split_families(

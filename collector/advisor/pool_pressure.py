@@ -1,6 +1,6 @@
 """Pool pressure: free blocks under 10 % for long stretches, and evictions that were regretted.
 
-Both read the shared queries (`collector/queries.py`); the cure for both is a larger pool
+Both read the shared queries (`collector/queries/run.py`); the cure for both is a larger pool
 (the size the cache-size analysis recommends), or fewer requests running at once.
 """
 
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector import queries
 from collector.advisor.cache_size import recommend_size
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
-from collector.kv_memory import gib_for_blocks
+from collector.model.kv_memory import gib_for_blocks
+from collector.queries import pool
+from collector.queries.timeline import time_span_ns
 
 ALARM_FRACTION = 0.10
 LONG_SHARE = 0.05  # of the run's time under the alarm line, in all
@@ -23,16 +24,16 @@ MIN_REGRETS = 20
 
 def low_free_blocks(context: RunContext) -> list[Suggestion]:
     """Fire when the pool ran under 10 % free for a long share of the run or a long stretch."""
-    periods = queries.low_free_periods(context.connection, ALARM_FRACTION)
+    periods = pool.low_free_periods(context.run, ALARM_FRACTION)
     if periods.empty:
         return []
-    start_ns, end_ns = queries.time_span_ns(context.connection)
+    start_ns, end_ns = time_span_ns(context.run)
     span_s = max((end_ns - start_ns) / 1e9, 1e-9)
     durations = periods["end_s"] - periods["start_s"]
     total_s, longest_s = float(durations.sum()), float(durations.max())
     if total_s / span_s < LONG_SHARE and longest_s < LONG_STRETCH_S:
         return []
-    extremes = queries.free_block_extremes(context.connection, ALARM_FRACTION)
+    extremes = pool.free_block_extremes(context.run, ALARM_FRACTION)
     longest = periods.iloc[int(durations.to_numpy().argmax())]
     seqs = context.config["max_num_seqs"]
     target = max(recommend_size(context).num_blocks, context.num_blocks * 3 // 2)
@@ -73,10 +74,10 @@ def low_free_blocks(context: RunContext) -> list[Suggestion]:
 
 def eviction_regret(context: RunContext) -> list[Suggestion]:
     """Fire when a large share of evicted blocks were stored again later (recomputed)."""
-    summary = queries.eviction_regret_summary(context.connection)
+    summary = pool.eviction_regret_summary(context.run)
     if summary["restored"] < MIN_REGRETS or summary["regret_ratio"] < REGRET_SHARE:
         return []
-    regret = queries.eviction_regret(context.connection)
+    regret = pool.eviction_regret(context.run)
     delays_s = regret["restored_after_ns"].dropna().to_numpy(dtype=np.float64) / 1e9
     p50, p90 = np.percentile(delays_s, [50, 90])
     recommendation = recommend_size(context)

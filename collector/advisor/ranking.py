@@ -12,11 +12,11 @@ from collector.advisor import (
     hash_algo,
     lora,
     pool_pressure,
-    tenants,
+    tenant_isolation,
     warming,
 )
 from collector.advisor.context import RunContext
-from collector.advisor.suggestion import SEVERITIES, Check, NotApplicable, Suggestion
+from collector.advisor.suggestion import SEVERITIES, NotApplicable, RuleOutcome, Suggestion
 
 Rule = Callable[[RunContext], list[Suggestion]]
 
@@ -26,8 +26,8 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("eviction-regret", pool_pressure.eviction_regret),
     ("block-size", block_size.block_size),
     ("dynamic-field", dynamic_field.dynamic_field),
-    ("per-request-salt", tenants.per_request_salts),
-    ("cross-tenant-sharing", tenants.shared_across_tenants),
+    ("per-request-salt", tenant_isolation.per_request_salts),
+    ("cross-tenant-sharing", tenant_isolation.shared_across_tenants),
     ("hash-algorithm", hash_algo.hash_algorithm),
     ("lora-split", lora.lora_split),
     ("warm-prefix", warming.warming),
@@ -39,7 +39,7 @@ class Advice:
     """The ranked suggestions for one run, and what every rule concluded."""
 
     suggestions: list[Suggestion]
-    checks: list[Check]
+    checks: list[RuleOutcome]
 
 
 def rank(suggestions: list[Suggestion]) -> list[Suggestion]:
@@ -58,11 +58,13 @@ def advise(context: RunContext, rules: tuple[tuple[str, Rule], ...] = RULES) -> 
         try:
             found = rule(context)
         except NotApplicable as reason:
-            checks.append(Check(name, "skipped", str(reason)))
+            checks.append(RuleOutcome(name, "skipped", str(reason)))
             continue
         suggestions += found
         if found:
-            checks.append(Check(name, "fired", "; ".join(suggestion.title for suggestion in found)))
+            checks.append(
+                RuleOutcome(name, "fired", "; ".join(suggestion.title for suggestion in found))
+            )
         else:
-            checks.append(Check(name, "silent", "nothing to suggest"))
+            checks.append(RuleOutcome(name, "silent", "nothing to suggest"))
     return Advice(rank(suggestions), checks)

@@ -52,7 +52,7 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
-class Check:
+class RuleOutcome:
     """What one rule concluded: fired, silent (nothing to fix) or skipped (and why)."""
 
     rule: str

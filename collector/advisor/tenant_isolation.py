@@ -10,10 +10,10 @@ whether another tenant sent a prompt (a cross-tenant side channel).
 from __future__ import annotations
 
 from collector.advisor.context import RunContext
-from collector.advisor.run_queries import cross_tenant_hits, salt_usage
 from collector.advisor.suggestion import Chart, NotApplicable, Series, Suggestion
+from collector.queries.tenants import cross_tenant_readers, salt_usage
+from collector.replay.traces import TraceRequest
 from collector.safe_text import code, shown
-from collector.traces import TraceRequest
 
 MIN_SALTED_REQUESTS = 5
 SINGLE_USE_SHARE = 0.5
@@ -21,7 +21,7 @@ SINGLE_USE_SHARE = 0.5
 
 def per_request_salts(context: RunContext) -> list[Suggestion]:
     """Fire when most salted requests carry a salt no other request uses."""
-    usage = salt_usage(context.connection)
+    usage = salt_usage(context.run)
     salted = usage[usage["salt_hash"].notna()]
     num_salted = int(salted["requests"].sum())
     if num_salted < MIN_SALTED_REQUESTS:
@@ -87,7 +87,7 @@ def _per_tenant_effect(context: RunContext, evidence: list[str]) -> tuple[str, f
 
 def shared_across_tenants(context: RunContext) -> list[Suggestion]:
     """Fire when one tenant's requests hit blocks another tenant stored."""
-    shared = cross_tenant_hits(context.connection)
+    shared = cross_tenant_readers(context.run)
     if shared.empty:
         return []
     blocks = int(shared["blocks"].sum())

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from collector import queries
 from collector.advisor.context import RunContext
 from collector.advisor.dynamic_field import family_label
-from collector.advisor.run_queries import eviction_times, first_block_references
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.queries.pool import eviction_times
+from collector.queries.requests import first_block_references
+from collector.queries.timeline import time_span_ns
 from collector.safe_text import code
 
 MIN_HITS = 5
@@ -75,7 +76,7 @@ def hot_prefixes_missing_after_idle(references: pd.DataFrame) -> list[HotPrefix]
 
 def warming(context: RunContext) -> list[Suggestion]:
     """One suggestion for the hot prefixes whose idle misses cost at least MIN_SHARE."""
-    references = first_block_references(context.connection)
+    references = first_block_references(context.run)
     candidates = [
         prefix
         for prefix in hot_prefixes_missing_after_idle(references)
@@ -166,7 +167,7 @@ def _evidence_line(prefix: HotPrefix, survival_s: float) -> str:
 
 def _idle_survival_s(context: RunContext, block_hash: int, uses: pd.DataFrame) -> float:
     """Median time from the prefix's last use to its eviction."""
-    evictions = eviction_times(context.connection, [block_hash])
+    evictions = eviction_times(context.run, [block_hash])
     use_times = uses["ts_ns"].to_numpy()
     survivals = []
     for evicted_ns in evictions["ts_ns"]:
@@ -177,7 +178,7 @@ def _idle_survival_s(context: RunContext, block_hash: int, uses: pd.DataFrame) -
 
 
 def _uses_chart(context: RunContext, uses: pd.DataFrame, label: str) -> Chart:
-    start_ns, _ = queries.time_span_ns(context.connection)
+    start_ns, _ = time_span_ns(context.run)
     series = []
     for kind, name in (("hit", "hit"), ("store", "recomputed")):
         chosen = uses[uses["kind"] == kind]

@@ -25,14 +25,14 @@ def register(commands: Any) -> None:
 
 def _run_advise(args: argparse.Namespace) -> int:
     from collector.advisor import RunContext, advise
-    from collector.advisor.report import to_document, to_markdown
-    from collector.store import RunStore
-    from collector.whatif import read_results
+    from collector.advisor.formats import to_document, to_markdown
+    from collector.replay.whatif import read_results
+    from collector.store.run_file import RunStore
 
     whatif = read_results(args.whatif) if args.whatif else None
     store = RunStore.open(args.run)
     try:
-        context = RunContext(store.connection, args.run, kv_spec_from(args), gpu_from(args), whatif)
+        context = RunContext(store, args.run, kv_spec_from(args), gpu_from(args), whatif)
         advice = advise(context)
         if args.json:
             print(json.dumps(to_document(advice, context), sort_keys=True))

@@ -60,11 +60,11 @@ def register(commands: Any) -> None:
 
 
 def _run_collect(args: argparse.Namespace) -> int:
-    from collector.exporter import serve_metrics
-    from collector.live_state import LiveState
-    from collector.receiver import Receiver
-    from collector.store import RunConfig
-    from collector.vllm_kv_subscriber import VllmKvEventSubscriber
+    from collector.live.exporter import serve_metrics
+    from collector.live.live_state import LiveState
+    from collector.live.receiver import Receiver
+    from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
+    from collector.store.run_file import RunConfig
     from engine_hooks.endpoint import EndpointError, engine_token
 
     state = LiveState()

@@ -18,13 +18,13 @@ def register(commands: Any) -> None:
 
 
 def _run_finish(args: argparse.Namespace) -> int:
-    from collector.store import RunStore, live_copy_path
-    from collector.summary import run_summary
+    from collector.queries.summary import run_summary
+    from collector.store.run_file import RunStore, live_copy_path
 
     store = RunStore.resume(args.run)
     try:
         store.finalize()
-        summary = run_summary(store.connection)
+        summary = run_summary(store)
     finally:
         store.close()
     live_copy_path(args.run).unlink(missing_ok=True)

@@ -19,7 +19,7 @@ def register(commands: Any) -> None:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from collector.workload import WorkloadShape, generate, write_trace
+    from collector.replay.workload import WorkloadShape, generate, write_trace
 
     shape = WorkloadShape(
         seed=args.seed,

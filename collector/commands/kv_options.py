@@ -8,7 +8,7 @@ from typing import Any
 
 def add_kv_options(parser: Any) -> None:
     """--model, its overrides, and the GPU memory that turns blocks into settings."""
-    from collector.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+    from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
 
     group = parser.add_argument_group(
         "KV memory", "turn blocks into GiB and vLLM memory settings for this model"
@@ -32,7 +32,7 @@ def kv_spec_from(args: argparse.Namespace) -> Any:
     """The KVSpec the options describe."""
     from dataclasses import replace
 
-    from collector.kv_memory import MODELS
+    from collector.model.kv_memory import MODELS
 
     spec = MODELS[args.model]
     overrides = {
@@ -48,7 +48,7 @@ def kv_spec_from(args: argparse.Namespace) -> Any:
 
 def gpu_from(args: argparse.Namespace) -> Any:
     """The GPU memory the options describe, or None when the GPU's size is not given."""
-    from collector.kv_memory import GpuMemory
+    from collector.model.kv_memory import GpuMemory
 
     if args.gpu_memory_gib is None:
         return None

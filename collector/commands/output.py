@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
-def print_summary(summary: dict[str, Any], as_json: bool) -> None:
+def print_summary(summary: Mapping[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary, sort_keys=True))
         return

@@ -12,7 +12,7 @@ def register(commands: Any) -> None:
         "prompt-trace",
         help="render a prompt set (JSONL over prompt templates) into a request trace",
         description="Each line of PROMPT_SET names templates and their variables; see "
-        "collector/prompt_set.py and docs/ci/README.md.",
+        "collector/replay/prompt_set.py and docs/ci/README.md.",
     )
     parser.add_argument("prompt_set", type=Path, help="prompt set (JSONL)")
     parser.add_argument(
@@ -23,8 +23,8 @@ def register(commands: Any) -> None:
 
 
 def _run_prompt_trace(args: argparse.Namespace) -> int:
-    from collector.prompt_set import render_prompt_set
-    from collector.workload import write_trace
+    from collector.replay.prompt_set import render_prompt_set
+    from collector.replay.workload import write_trace
 
     rows = render_prompt_set(args.prompt_set, args.templates)
     write_trace(rows, args.out)

@@ -25,8 +25,8 @@ def register(commands: Any) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from collector.block_manager import require_vllm
-    from collector.replay import load_requests, replay
+    from collector.replay.block_manager import require_vllm
+    from collector.replay.replayer import load_requests, replay
     from engine_hooks.privacy import load_secret
 
     require_vllm()  # before any work: a clear refusal, not a traceback in a worker

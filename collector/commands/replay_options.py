@@ -7,14 +7,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collector.replay import ReplayOptions
+    from collector.replay.replayer import ReplayOptions
 
 
 def add_replay_options(parser: argparse.ArgumentParser) -> None:
     """Add --block-size, --num-blocks, --timing and the rest to a subcommand's parser."""
-    from collector.block_manager import HASH_ALGOS
-    from collector.replay import TIMINGS
-    from collector.traces import FORMATS
+    from collector.replay.block_manager import HASH_ALGOS
+    from collector.replay.replayer import TIMINGS
+    from collector.replay.traces import FORMATS
 
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
     parser.add_argument(
@@ -51,9 +51,9 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
 
 def replay_options(args: argparse.Namespace) -> ReplayOptions:
     """The ReplayOptions the parsed arguments describe."""
-    from collector.block_manager import CacheSettings
-    from collector.replay import ReplayOptions
-    from collector.simulator import StepModel
+    from collector.replay.block_manager import CacheSettings
+    from collector.replay.replayer import ReplayOptions
+    from collector.replay.simulator import StepModel
 
     return ReplayOptions(
         settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from collector.commands.replay_options import add_replay_options, replay_options
 
 if TYPE_CHECKING:
-    from collector.report.comparison import Comparison
+    from collector.report.verdict import Comparison
 
 EXIT_REGRESSION = 1
 
@@ -38,11 +38,11 @@ def register(commands: Any) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from collector.report.comparison import compare
     from collector.report.figures import read_run
     from collector.report.inputs import ReportInput, check_inputs, prepare_runs
     from collector.report.outputs import write_report
     from collector.report.thresholds import load_thresholds
+    from collector.report.verdict import compare
     from engine_hooks.privacy import load_secret
 
     thresholds = load_thresholds(args.thresholds)

@@ -17,12 +17,12 @@ def register(commands: Any) -> None:
 
 
 def _run_summary(args: argparse.Namespace) -> int:
-    from collector.store import RunStore
-    from collector.summary import run_summary
+    from collector.queries.summary import run_summary
+    from collector.store.run_file import RunStore
 
     store = RunStore.open(args.run)
     try:
-        summary = run_summary(store.connection)
+        summary = run_summary(store)
     finally:
         store.close()
     print_summary(summary, args.json)

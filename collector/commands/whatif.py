@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+from collector.queries.config import run_config
 
 
 def _numbers(kind: type, text: str) -> list[Any]:
@@ -24,9 +26,9 @@ def _numbers(kind: type, text: str) -> list[Any]:
 
 
 def register(commands: Any) -> None:
-    from collector.block_manager import HASH_ALGOS
-    from collector.replay import TIMINGS
-    from collector.traces import FORMATS
+    from collector.replay.block_manager import HASH_ALGOS
+    from collector.replay.replayer import TIMINGS
+    from collector.replay.traces import FORMATS
 
     parser = commands.add_parser(
         "whatif",
@@ -59,8 +61,8 @@ def register(commands: Any) -> None:
 def _run_whatif(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from collector.block_manager import require_vllm
-    from collector.whatif import Source, run_sweep, sweep_points, write_results
+    from collector.replay.block_manager import require_vllm
+    from collector.replay.whatif import Source, run_sweep, sweep_points, write_results
     from engine_hooks.privacy import load_secret
 
     require_vllm()  # before any work: a clear refusal, not a traceback in a worker
@@ -95,8 +97,8 @@ def _run_whatif(args: argparse.Namespace) -> int:
 
 def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str, Any]]:
     """Replay options from the flags, defaulting to the source run's own settings."""
-    from collector.block_manager import CacheSettings
-    from collector.replay import ReplayOptions
+    from collector.replay.block_manager import CacheSettings
+    from collector.replay.replayer import ReplayOptions
 
     defaults: dict[str, Any] = {
         "block_size": 16,
@@ -107,15 +109,17 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
     }
     reveal = False
     if source.is_run:
-        from collector import queries
-        from collector.store import RunStore
+        from collector.store.run_file import RunStore
 
         store = RunStore.open(source.path)
         try:
-            config = queries.run_config(store.connection)
+            config = run_config(store)
         finally:
             store.close()
-        defaults.update({name: config[name] for name in defaults if config.get(name) is not None})
+        settings: Mapping[str, Any] = config
+        defaults.update(
+            {name: settings[name] for name in defaults if settings.get(name) is not None}
+        )
         reveal = True  # the run's tenant labels are already what it chose to store
     base = ReplayOptions(
         settings=CacheSettings(
@@ -130,7 +134,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
 def _print_table(
     results: list[dict[str, Any]], spec: Any, gpu: Any, defaults: dict[str, Any]
 ) -> None:
-    from collector.kv_memory import gib_for_blocks, vllm_pool_settings
+    from collector.model.kv_memory import gib_for_blocks, vllm_pool_settings
 
     current_gib = gib_for_blocks(spec, defaults["block_size"], defaults["num_blocks"])
     print(f"KV memory for {spec.describe()}")

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from collector.live_state import LiveState
+from collector.live.live_state import LiveState
 
 _BLOCK_STATES = ("free", "cached_free", "in_use")
 
@@ -20,67 +20,75 @@ class KvscopeMetrics(Collector):
         self.state = state
 
     def collect(self) -> Iterator[Metric]:
-        state = self.state
-        with state.lock:
+        with self.state.lock:
             yield from self._request_metrics()
-            total_queries = sum(state.query_tokens.values())
-            ratio = GaugeMetricFamily(
-                "kvscope_prefix_cache_hit_ratio",
-                "Prefix-cache hit tokens / looked-up tokens over the run so far.",
-            )
-            ratio.add_metric(
-                [], sum(state.hit_tokens.values()) / total_queries if total_queries else 0.0
-            )
-            yield ratio
-            blocks = GaugeMetricFamily(
-                "kvscope_kv_cache_blocks",
-                "KV cache blocks by state after the latest scheduler step (free includes "
-                "cached_free; the null block is not counted).",
-                labels=["engine", "dp_rank", "state"],
-            )
-            for (engine, dp_rank), values in sorted(state.pool.items()):
-                free, cached_free, in_use = values
-                for name, value in zip(_BLOCK_STATES, (free, cached_free, in_use), strict=True):
-                    blocks.add_metric([engine, str(dp_rank), name], value)
-            yield blocks
-            for name, documentation, value in (
-                ("kvscope_block_hits", "Cached blocks reused by requests.", state.block_hits),
-                (
-                    "kvscope_block_stores",
-                    "Blocks whose hash entered the prefix cache.",
-                    state.block_stores,
-                ),
-                (
-                    "kvscope_block_evictions",
-                    "Cached blocks evicted for reuse.",
-                    state.block_evictions,
-                ),
-                (
-                    "kvscope_collisions",
-                    "Prefix hits that served another prompt's KV.",
-                    state.collisions,
-                ),
-                (
-                    "kvscope_missing_records",
-                    "Records the collector never received (gaps in sequence numbers).",
-                    state.missing_records,
-                ),
-            ):
-                counter = CounterMetricFamily(name, documentation)
-                counter.add_metric([], value)
-                yield counter
-            dropped = CounterMetricFamily(
-                "kvscope_engine_dropped_records",
-                "Records an engine dropped: its buffer was full, or the collector was absent "
-                "or slow.",
-                labels=["engine", "dp_rank", "stage"],
-            )
-            for (engine, dp_rank), (in_buffer, in_transport) in sorted(
-                state.engine_dropped.items()
-            ):
-                dropped.add_metric([engine, str(dp_rank), "buffer"], in_buffer)
-                dropped.add_metric([engine, str(dp_rank), "transport"], in_transport)
-            yield dropped
+            yield from self._pool_metrics()
+            yield from self._block_counters()
+            yield self._dropped_records()
+
+    def _pool_metrics(self) -> Iterator[Metric]:
+        state = self.state
+        total_queries = sum(state.query_tokens.values())
+        ratio = GaugeMetricFamily(
+            "kvscope_prefix_cache_hit_ratio",
+            "Prefix-cache hit tokens / looked-up tokens over the run so far.",
+        )
+        ratio.add_metric(
+            [], sum(state.hit_tokens.values()) / total_queries if total_queries else 0.0
+        )
+        yield ratio
+        blocks = GaugeMetricFamily(
+            "kvscope_kv_cache_blocks",
+            "KV cache blocks by state after the latest scheduler step (free includes "
+            "cached_free; the null block is not counted).",
+            labels=["engine", "dp_rank", "state"],
+        )
+        for (engine, dp_rank), values in sorted(state.pool.items()):
+            free, cached_free, in_use = values
+            for name, value in zip(_BLOCK_STATES, (free, cached_free, in_use), strict=True):
+                blocks.add_metric([engine, str(dp_rank), name], value)
+        yield blocks
+
+    def _block_counters(self) -> Iterator[Metric]:
+        state = self.state
+        for name, documentation, value in (
+            ("kvscope_block_hits", "Cached blocks reused by requests.", state.block_hits),
+            (
+                "kvscope_block_stores",
+                "Blocks whose hash entered the prefix cache.",
+                state.block_stores,
+            ),
+            (
+                "kvscope_block_evictions",
+                "Cached blocks evicted for reuse.",
+                state.block_evictions,
+            ),
+            (
+                "kvscope_collisions",
+                "Prefix hits that served another prompt's KV.",
+                state.collisions,
+            ),
+            (
+                "kvscope_missing_records",
+                "Records the collector never received (gaps in sequence numbers).",
+                state.missing_records,
+            ),
+        ):
+            counter = CounterMetricFamily(name, documentation)
+            counter.add_metric([], value)
+            yield counter
+
+    def _dropped_records(self) -> Metric:
+        state = self.state
+        dropped = CounterMetricFamily(
+            "kvscope_engine_dropped_records",
+            "Records an engine dropped: its buffer was full, or the collector was absent or slow.",
+            labels=["engine", "dp_rank", "stage"],
+        )
+        for (engine, dp_rank), (in_buffer, in_transport) in sorted(state.engine_dropped.items()):
+            dropped.add_metric([engine, str(dp_rank), "buffer"], in_buffer)
+            dropped.add_metric([engine, str(dp_rank), "transport"], in_transport)
+        return dropped
 
     def _request_metrics(self) -> Iterator[Metric]:
         state = self.state

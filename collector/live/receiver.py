@@ -26,12 +26,12 @@ from typing import Any
 
 import msgspec
 
-from collector.batch_check import BatchDecoder, RejectedMessage, Rejections
-from collector.listener import Listener
-from collector.store import RunConfig, RunStore, StoreError, live_copy_path
-from collector.vllm_kv_conflicts import HashConflictDetector
-from collector.vllm_kv_ingest import append_vllm_batches
-from collector.vllm_kv_subscriber import VllmKvEventSubscriber
+from collector.live.batch_check import BatchDecoder, RejectedMessage, Rejections
+from collector.live.listener import Listener
+from collector.live.vllm_kv.conflicts import HashConflictDetector
+from collector.live.vllm_kv.ingest import append_vllm_batches
+from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
+from collector.store.run_file import RunConfig, RunStore, StoreError, live_copy_path
 from engine_hooks.events import Drop, Event
 from engine_hooks.transport import Ack, BatchHeader
 

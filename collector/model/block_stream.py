@@ -21,9 +21,7 @@ import hashlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-import duckdb
-
-from collector.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from collector.replay.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 Namespace = Callable[[TraceRequest], Hashable]
 _OUTPUT = -1  # marks the content of a block of unique output tokens
@@ -125,55 +123,3 @@ def _output_block_contents(
         tokens[position * block_size : (position + 1) * block_size]
         for position in range(first, end)
     ]
-
-
-_RUN_STREAM_SQL = """
-WITH arrivals AS (
-    SELECT request_id, min(seq) AS arrive_seq FROM events WHERE kind = 'arrive' GROUP BY ALL
-),
-blocks AS (
-    SELECT request_id, block_position, arg_min(block_hash, seq) AS block_hash
-    FROM events
-    WHERE kind IN ('hit', 'store') AND request_id IS NOT NULL
-    GROUP BY ALL
-),
-chains AS (
-    SELECT request_id,
-        list(block_position ORDER BY block_position) AS positions,
-        list(block_hash ORDER BY block_position) AS hashes
-    FROM blocks
-    GROUP BY request_id
-)
-SELECT requests.num_prompt_tokens, coalesce(requests.num_output_tokens, 0),
-    chains.positions, chains.hashes
-FROM requests
-JOIN arrivals USING (request_id)
-LEFT JOIN chains USING (request_id)
-WHERE requests.num_prompt_tokens IS NOT NULL
-ORDER BY arrivals.arrive_seq
-"""
-
-
-def run_block_stream(connection: duckdb.DuckDBPyConnection) -> tuple[int, list[RequestBlocks]]:
-    """The stream of a run file, from the block hashes vLLM recorded; and its block size.
-
-    Requests come in arrival order. A request's keys stop at the first block position the
-    run never hit nor stored (none is missing in a complete run).
-    """
-    row = connection.execute("SELECT block_size FROM runs").fetchone()
-    if row is None:
-        raise LookupError("the run file has no runs row")
-    block_size = int(row[0])
-    stream = []
-    for num_prompt, num_output, positions, hashes in connection.execute(_RUN_STREAM_SQL).fetchall():
-        keys: list[Hashable] = []
-        for expected, (position, block_hash) in enumerate(
-            zip(positions or (), hashes or (), strict=True)
-        ):
-            if position != expected:
-                break
-            keys.append(block_hash)
-        num_tokens = num_kv_tokens(num_prompt, num_output)
-        num_blocks = max(-(-num_tokens // block_size), len(keys))
-        stream.append(RequestBlocks(tuple(keys), num_prompt, num_blocks))
-    return block_size, stream

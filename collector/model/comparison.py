@@ -3,6 +3,7 @@ and which run each delta favours; the settings that differ."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -26,9 +27,10 @@ COMPARED_FIGURES: tuple[tuple[str, str, bool | None], ...] = (
 # block size say which is better.
 BLOCK_COUNTS = frozenset({"block_hits", "stores", "evictions"})
 
-COMPARED_SETTINGS = (
-    "source",
-    "trace",
+# Where a run's requests came from: a CI report compares two workloads by design.
+WORKLOAD_SETTINGS = ("source", "trace")
+# What the cache ran with, and the versions that ran it: a difference here explains results.
+RUN_SETTINGS = (
     "timing",
     "block_size",
     "num_blocks",
@@ -37,10 +39,11 @@ COMPARED_SETTINGS = (
     "vllm_version",
     "kvscope_version",
 )
+COMPARED_SETTINGS = WORKLOAD_SETTINGS + RUN_SETTINGS
 
 
 def compare_figures(
-    first: dict[str, Any], second: dict[str, Any], same_block_size: bool = True
+    first: Mapping[str, Any], second: Mapping[str, Any], same_block_size: bool = True
 ) -> pd.DataFrame:
     """Per figure: both values, second - first, the relative change, and the verdict for
     the second run ("better", "worse", "same", or "" where neither direction is better, as
@@ -69,15 +72,23 @@ def compare_figures(
     return pd.DataFrame(rows)
 
 
-def compare_settings(first: dict[str, Any], second: dict[str, Any]) -> pd.DataFrame:
+def differing_settings(
+    first: Mapping[str, Any], second: Mapping[str, Any], names: Sequence[str] = COMPARED_SETTINGS
+) -> list[str]:
+    """The settings among `names` whose values differ between the two runs' configs."""
+    return [name for name in names if first.get(name) != second.get(name)]
+
+
+def compare_settings(first: Mapping[str, Any], second: Mapping[str, Any]) -> pd.DataFrame:
     """The runs' settings side by side, and whether each differs."""
+    differing = differing_settings(first, second)
     return pd.DataFrame(
         [
             {
                 "setting": name,
                 "first": str(first.get(name)),
                 "second": str(second.get(name)),
-                "differs": first.get(name) != second.get(name),
+                "differs": name in differing,
             }
             for name in COMPARED_SETTINGS
         ]

@@ -1,6 +1,6 @@
 """The miss-ratio curve in one pass: vLLM's prefix-cache hits at every cache size at once.
 
-Mattson's stack algorithm over the block-reference stream (`collector/block_stream.py`),
+Mattson's stack algorithm over the block-reference stream (`collector/model/block_stream.py`),
 with Fenwick trees over reference times counting the distinct blocks referenced since a
 block's last reference (its stack distance). A block is still cached in a pool of C usable
 blocks exactly when its distance is at most C, because vLLM's pool behaves as an LRU stack
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.block_stream import RequestBlocks
+from collector.model.block_stream import RequestBlocks
 
 _SAMPLE_MODULUS = 1 << 24
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import duckdb
-
 NS_PER_S = 1_000_000_000
 
 
@@ -87,13 +85,3 @@ class TimeGrid:
         first = math.floor(start_s / self.bucket_s + 1e-9)
         last = math.ceil(end_s / self.bucket_s - 1e-9) - 1
         return self.buckets(first, last)
-
-
-def time_grid(connection: duckdb.DuckDBPyConnection) -> TimeGrid:
-    """The grid `finalize` built the rollups on."""
-    row = connection.execute(
-        "SELECT start_ns, end_ns, bucket_ns, block_bin_size FROM rollup_grid"
-    ).fetchone()
-    if row is None:
-        raise LookupError("the run file has no rollup_grid row")
-    return TimeGrid(*(int(value) for value in row))

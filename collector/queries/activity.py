@@ -3,12 +3,12 @@ figures over time."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict, cast
 
-import duckdb
 import pandas as pd
 
-from collector.time_window import TimeWindow
+from collector.model.time_window import TimeWindow
+from collector.store.run_file import RunFile
 
 # Summed per bucket in `time_rollup`; all but hit_tokens_squared are `run_summary` figures.
 _SUMMED = (
@@ -28,10 +28,32 @@ _SUMMED = (
 )
 
 
-def window_figures(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> dict[str, Any]:
+class WindowFigures(TypedDict):
+    """The `run_summary` figures counted inside a window (and the squared hit tokens the
+    ROI's attention term needs)."""
+
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_tokens_squared: int
+    prompt_blocks: int
+    hit_blocks: int
+    block_hits: int
+    stores: int
+    evictions: int
+    preemptions: int
+    resets: int
+    collisions: int
+    dropped_events: int
+    events: int
+    token_hit_ratio: float
+    block_hit_ratio: float
+
+
+def window_figures(run: RunFile, window: TimeWindow) -> WindowFigures:
     """The headline figures of `run_summary`, counted inside the window."""
     sums = ", ".join(f"CAST(coalesce(sum({name}), 0) AS BIGINT) AS {name}" for name in _SUMMED)
-    cursor = connection.execute(
+    row = run.record(
         f"""
         SELECT {sums},
             CAST(coalesce(sum(event_rows + pool_rows + collisions), 0) AS BIGINT) AS events
@@ -40,25 +62,21 @@ def window_figures(connection: duckdb.DuckDBPyConnection, window: TimeWindow) ->
         """,
         {"first": window.first_bucket, "last": window.last_bucket},
     )
-    names = [column[0] for column in cursor.description]
-    row = cursor.fetchone()
     assert row is not None
-    figures: dict[str, Any] = dict(zip(names, row, strict=True))
+    figures = cast(WindowFigures, row)
     prompt_tokens, prompt_blocks = figures["prompt_tokens"], figures["prompt_blocks"]
     figures["token_hit_ratio"] = figures["hit_tokens"] / prompt_tokens if prompt_tokens else 0.0
     figures["block_hit_ratio"] = figures["hit_blocks"] / prompt_blocks if prompt_blocks else 0.0
     return figures
 
 
-def figures_over_time(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow, max_points: int = 60
-) -> pd.DataFrame:
+def figures_over_time(run: RunFile, window: TimeWindow, max_points: int = 60) -> pd.DataFrame:
     """The window's buckets regrouped into at most `max_points` points of whole buckets
     (`t_s`: a point's start, seconds from the run's first record): every summed figure per
     point, the fewest free blocks, and the blocks holding a hash at the point's end
     (stores - evictions - blocks cleared by resets, counted from the start of the run)."""
     sums = ",\n".join(f"CAST(sum({name}) AS BIGINT) AS {name}" for name in _SUMMED)
-    return connection.execute(
+    return run.frame(
         f"""
         WITH cached AS (
             SELECT *, sum(stores - evictions - cleared_blocks) OVER (ORDER BY bucket)
@@ -84,7 +102,7 @@ def figures_over_time(
             "last": window.last_bucket,
             "group": buckets_per_point(window, max_points),
         },
-    ).df()
+    )
 
 
 def buckets_per_point(window: TimeWindow, max_points: int) -> int:

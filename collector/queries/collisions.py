@@ -3,18 +3,18 @@ served another's KV. Zero is a result too: how many hits were checked, under whi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-import duckdb
 import pandas as pd
 
-from collector.time_window import TimeWindow
+from collector.model.time_window import TimeWindow
+from collector.store.run_file import RunFile
 
 
-def collision_rows(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> pd.DataFrame:
+def collision_rows(run: RunFile, window: TimeWindow) -> pd.DataFrame:
     """Every collision in the window: when, the request served the wrong KV and the one that
     stored it (with their tenants), the block, its hash and both fingerprints."""
-    frame = connection.execute(
+    frame = run.frame(
         """
         SELECT (collisions.ts_ns - $origin) / 1e9 AS t_s,
             collisions.request_id, served.tenant AS request_tenant,
@@ -30,15 +30,22 @@ def collision_rows(connection: duckdb.DuckDBPyConnection, window: TimeWindow) ->
         ORDER BY collisions.seq
         """,
         {"origin": window.run_start_ns, "start": window.start_ns, "end": window.end_ns},
-    ).df()
+    )
     frame["block_hash"] = [f"{int(value):016x}" for value in frame["block_hash"]]
     return frame
 
 
-def collision_check(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> dict[str, Any]:
+class CollisionCheck(TypedDict):
+    checked: bool
+    collisions: int
+    hits_checked: int
+    hash_algo: str
+
+
+def collision_check(run: RunFile, window: TimeWindow) -> CollisionCheck:
     """Whether the run checked hits for collisions, collisions found in the window, block
     hits checked there (every hit, when the check was on), and the run's hash."""
-    row = connection.execute(
+    row = run.row(
         """
         SELECT CAST(coalesce(sum(collisions), 0) AS BIGINT),
             CAST(coalesce(sum(block_hits), 0) AS BIGINT),
@@ -49,7 +56,7 @@ def collision_check(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -
         WHERE bucket BETWEEN $first AND $last
         """,
         {"first": window.first_bucket, "last": window.last_bucket},
-    ).fetchone()
+    )
     assert row is not None
     checked = bool(row[3])
     return {
@@ -58,3 +65,8 @@ def collision_check(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -
         "hits_checked": int(row[1]) if checked else 0,
         "hash_algo": row[2],
     }
+
+
+def num_collisions(run: RunFile) -> int:
+    row = run.row("SELECT count(*) FROM collisions")
+    return 0 if row is None else int(row[0])

@@ -6,21 +6,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import duckdb
 import pandas as pd
 
-from collector.activity import buckets_per_point
-from collector.time_window import TimeWindow
+from collector.model.time_window import TimeWindow
+from collector.queries.activity import buckets_per_point
+from collector.store.run_file import RunFile
 
 HEAT_MEASURES = ("hits", "stores", "evictions")
 
 
-def block_heatmap(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow, max_time_points: int = 200
-) -> pd.DataFrame:
+def block_heatmap(run: RunFile, window: TimeWindow, max_time_points: int = 200) -> pd.DataFrame:
     """Hits, stores and evictions per block bin (`block_start`: its first block id, bins of
     `rollup_grid.block_bin_size` blocks) and time point (`t_s`: its start) in the window."""
-    return connection.execute(
+    return run.frame(
         """
         SELECT
             ($first + (bucket - $first) // $group * $group) * grid.bucket_ns / 1e9 AS t_s,
@@ -38,7 +36,7 @@ def block_heatmap(
             "last": window.last_bucket,
             "group": buckets_per_point(window, max_time_points),
         },
-    ).df()
+    )
 
 
 _TOP_FROM_PREFIX_BLOCKS = """
@@ -52,16 +50,20 @@ _TOP_FROM_PREFIX_BLOCKS = """
     LIMIT $limit
 """
 
-# `hot` is read twice: MATERIALIZED computes its aggregate once.
-_TOP_FROM_EVENTS = """
-    WITH hot AS MATERIALIZED (
+# The most-hit block hashes in [$start, $end), at most $limit, counted from the events: what
+# the top-blocks list and the prefix tree read when the window is not the whole run.
+HOT_BLOCKS = """
         SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
         FROM events
         WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end
         GROUP BY block_hash
         ORDER BY hits DESC, block_position, block_hash
         LIMIT $limit
-    ),
+"""
+
+# `hot` is read twice: MATERIALIZED computes its aggregate once.
+_TOP_FROM_EVENTS = f"""
+    WITH hot AS MATERIALIZED ({HOT_BLOCKS}    ),
     activity AS (
         SELECT block_hash,
             count(*) FILTER (WHERE kind = 'store') AS stores,
@@ -84,32 +86,26 @@ _TOP_FROM_EVENTS = """
 """
 
 
-def top_blocks(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow, limit: int = 20
-) -> pd.DataFrame:
+def top_blocks(run: RunFile, window: TimeWindow, limit: int = 20) -> pd.DataFrame:
     """The block hashes hit most in the window, with their stores, evictions, first and last
     use there, and the tenant and adapter that first stored them."""
     sql = _TOP_FROM_PREFIX_BLOCKS if window.is_whole_run else _TOP_FROM_EVENTS
-    return _top_blocks(connection, sql, window, limit)
+    return _top_blocks(run, sql, window, limit)
 
 
-def _top_blocks(
-    connection: duckdb.DuckDBPyConnection, sql: str, window: TimeWindow, limit: int
-) -> pd.DataFrame:
+def _top_blocks(run: RunFile, sql: str, window: TimeWindow, limit: int) -> pd.DataFrame:
     parameters: dict[str, Any] = {"origin": window.run_start_ns, "limit": limit}
     if sql is _TOP_FROM_EVENTS:
         parameters |= {"start": window.start_ns, "end": window.end_ns}
-    frame = connection.execute(sql, parameters).df()
+    frame = run.frame(sql, parameters)
     frame["block_hash"] = frame["block_hash"].map(hash_hex)
     return frame
 
 
-def hit_count_frequencies(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow
-) -> pd.DataFrame:
+def hit_count_frequencies(run: RunFile, window: TimeWindow) -> pd.DataFrame:
     """Blocks cached (stored) in the window, counted by the hits each got while it stayed
     cached: `blocks` cache lifetimes had `hits` hits."""
-    return connection.execute(
+    return run.frame(
         """
         SELECT hits, count(*) AS blocks
         FROM cache_lifetimes
@@ -118,7 +114,7 @@ def hit_count_frequencies(
         ORDER BY hits
         """,
         {"start": window.start_ns, "end": window.end_ns},
-    ).df()
+    )
 
 
 def hit_count_histogram(frequencies: pd.DataFrame) -> pd.DataFrame:

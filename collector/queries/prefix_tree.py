@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-import duckdb
 import pandas as pd
 
-from collector.hotspots import hash_hex
-from collector.time_window import TimeWindow
+from collector.model.time_window import TimeWindow
+from collector.queries.hotspots import HOT_BLOCKS, hash_hex
+from collector.store.run_file import RunFile
 
 _NODES_FROM_PREFIX_BLOCKS = """
     SELECT block_hash, parent_hash, block_position, hits, tenant, lora,
@@ -26,15 +26,8 @@ _NODES_FROM_PREFIX_BLOCKS = """
     LIMIT $limit
 """
 
-_NODES_FROM_EVENTS = """
-    WITH hot AS (
-        SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
-        FROM events
-        WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end
-        GROUP BY block_hash
-        ORDER BY hits DESC, block_position, block_hash
-        LIMIT $limit
-    )
+_NODES_FROM_EVENTS = f"""
+    WITH hot AS ({HOT_BLOCKS}    )
     SELECT hot.block_hash, prefix_blocks.parent_hash, hot.block_position, hot.hits,
         prefix_blocks.tenant, prefix_blocks.lora,
         (prefix_blocks.first_stored_ns - $origin) / 1e9 AS first_stored_s
@@ -57,9 +50,7 @@ _MERGED_COLUMNS = (
 )
 
 
-def tree_nodes(
-    connection: duckdb.DuckDBPyConnection, window: TimeWindow, max_nodes: int = 300
-) -> pd.DataFrame:
+def tree_nodes(run: RunFile, window: TimeWindow, max_nodes: int = 300) -> pd.DataFrame:
     """The `max_nodes` block hashes hit most in the window (ids and parents as hex; a block
     whose parent is not among them has parent ""), with the tenant and adapter that first
     stored each and when (`first_stored_s`)."""
@@ -69,7 +60,7 @@ def tree_nodes(
     else:
         sql = _NODES_FROM_EVENTS
         parameters |= {"start": window.start_ns, "end": window.end_ns}
-    nodes = connection.execute(sql, parameters).df()
+    nodes = run.frame(sql, parameters)
     nodes["block_hash"] = nodes["block_hash"].map(hash_hex)
     parents = nodes["parent_hash"].map(hash_hex)
     nodes["parent"] = parents.where(parents.isin(set(nodes["block_hash"])), "")
@@ -131,13 +122,11 @@ def chain_to(nodes: pd.DataFrame, block: str) -> list[str]:
     return chain[::-1]
 
 
-def node_summary(
-    connection: duckdb.DuckDBPyConnection, block_hash: int, window: TimeWindow
-) -> dict[str, Any]:
+def node_summary(run: RunFile, block_hash: int, window: TimeWindow) -> dict[str, Any]:
     """One block hash in the window: hits, stores, re-stores (stores after its first ever),
     evictions, requests that hit or stored it, first and last use; and from the whole run:
     position, parent, who first stored it, time cached."""
-    cursor = connection.execute(
+    row = run.record(
         """
         WITH used AS (
             SELECT
@@ -180,21 +169,19 @@ def node_summary(
             "origin": window.run_start_ns,
         },
     )
-    names = [column[0] for column in cursor.description]
-    row = cursor.fetchone()
     if row is None:
         raise LookupError(f"block hash {block_hash:016x} is not in this run")
-    summary = dict(zip(names, row, strict=True))
+    summary = row
     summary["parent_hash"] = hash_hex(summary["parent_hash"])
     return summary
 
 
 def node_history(
-    connection: duckdb.DuckDBPyConnection, block_hash: int, window: TimeWindow, limit: int = 500
+    run: RunFile, block_hash: int, window: TimeWindow, limit: int = 500
 ) -> pd.DataFrame:
     """The first `limit` hits, stores and evictions of one block hash in the window, with the
     request behind each (for an eviction: the request that took the block) and its tenant."""
-    return connection.execute(
+    return run.frame(
         """
         SELECT (events.ts_ns - $origin) / 1e9 AS t_s, CAST(events.kind AS VARCHAR) AS kind,
             events.request_id, requests.tenant, requests.lora, events.block_id
@@ -212,22 +199,20 @@ def node_history(
             "origin": window.run_start_ns,
             "limit": limit,
         },
-    ).df()
+    )
 
 
-def has_token_ids(connection: duckdb.DuckDBPyConnection) -> bool:
+def has_token_ids(run: RunFile) -> bool:
     """Whether the run recorded block token ids (`--record-token-ids`)."""
-    row = connection.execute("SELECT EXISTS (SELECT 1 FROM block_tokens)").fetchone()
+    row = run.row("SELECT EXISTS (SELECT 1 FROM block_tokens)")
     return bool(row and row[0])
 
 
-def prefix_token_ids(
-    connection: duckdb.DuckDBPyConnection, chains: list[list[str]]
-) -> list[list[int] | None]:
+def prefix_token_ids(run: RunFile, chains: list[list[str]]) -> list[list[int] | None]:
     """The token ids of each chain of block ids (hex, root first), read in one pass; None
     for a chain with a block whose tokens were not recorded."""
     wanted = sorted({block for chain in chains for block in chain})
-    rows = connection.execute(
+    rows = run.rows(
         """
         SELECT block_hash, any_value(token_ids) AS token_ids
         FROM block_tokens
@@ -235,7 +220,7 @@ def prefix_token_ids(
         GROUP BY block_hash
         """,
         {"hashes": [str(int(block, 16)) for block in wanted]},
-    ).fetchall()
+    )
     tokens = {hash_hex(block_hash): list(token_ids) for block_hash, token_ids in rows}
     return [
         [token for block in chain for token in tokens[block]]

@@ -1,4 +1,5 @@
-"""A run's recorded requests, read back as trace requests so they can be replayed again.
+"""A run's requests: read back as trace requests so they can be replayed again, as the
+block stream the miss-ratio curve reads, and the figures the advisor asks of them.
 
 Needs the prompt token ids, which a run holds only when it was recorded with
 `--record-token-ids`. Output tokens are not recorded as such; the blocks a request's decoded
@@ -10,13 +11,15 @@ equal, which is all the cache sees.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 
-import duckdb
+import pandas as pd
 
-from collector.simulator import OUTPUT_TOKEN_BASE
-from collector.store import StoreError
-from collector.traces import TraceRequest
+from collector.model.block_stream import RequestBlocks, num_kv_tokens
+from collector.replay.simulator import OUTPUT_TOKEN_BASE
+from collector.replay.traces import TraceRequest
+from collector.store.run_file import RunFile, StoreError
 
 _REQUESTS_SQL = """
 WITH arrivals AS (
@@ -48,21 +51,21 @@ ORDER BY arrivals.arrive_seq
 """
 
 
-def has_token_ids(connection: duckdb.DuckDBPyConnection) -> bool:
+def has_token_ids(run: RunFile) -> bool:
     """Whether the run recorded prompt token ids (`--record-token-ids`)."""
-    row = connection.execute("SELECT count(*) FROM request_tokens").fetchone()
+    row = run.row("SELECT count(*) FROM request_tokens")
     return row is not None and row[0] > 0
 
 
-def requests_from_run(connection: duckdb.DuckDBPyConnection, path: Path) -> list[TraceRequest]:
+def requests_from_run(run: RunFile, path: Path) -> list[TraceRequest]:
     """The run's requests in arrival order, with their prompts; `path` names it in errors."""
-    if not has_token_ids(connection):
+    if not has_token_ids(run):
         raise StoreError(
             f"{path}: the run holds no prompt token ids (it was recorded without "
             "--record-token-ids), so its requests cannot be replayed; replay its trace instead"
         )
-    block_size = int(connection.execute("SELECT block_size FROM runs").fetchone()[0])  # type: ignore[index]
-    rows = connection.execute(_REQUESTS_SQL).fetchall()
+    block_size = int(run.row("SELECT block_size FROM runs")[0])  # type: ignore[index]
+    rows = run.rows(_REQUESTS_SQL)
     first_ns = min(row[1] for row in rows)
     requests = []
     for index, row in enumerate(rows):
@@ -101,3 +104,77 @@ def _output_tokens(
     known = known[num_prompt - first_position * block_size :][:num_output]
     base = OUTPUT_TOKEN_BASE + (index << 12)
     return tuple(known) + tuple(base + position for position in range(len(known), num_output))
+
+
+_RUN_STREAM_SQL = """
+WITH arrivals AS (
+    SELECT request_id, min(seq) AS arrive_seq FROM events WHERE kind = 'arrive' GROUP BY ALL
+),
+blocks AS (
+    SELECT request_id, block_position, arg_min(block_hash, seq) AS block_hash
+    FROM events
+    WHERE kind IN ('hit', 'store') AND request_id IS NOT NULL
+    GROUP BY ALL
+),
+chains AS (
+    SELECT request_id,
+        list(block_position ORDER BY block_position) AS positions,
+        list(block_hash ORDER BY block_position) AS hashes
+    FROM blocks
+    GROUP BY request_id
+)
+SELECT requests.num_prompt_tokens, coalesce(requests.num_output_tokens, 0),
+    chains.positions, chains.hashes
+FROM requests
+JOIN arrivals USING (request_id)
+LEFT JOIN chains USING (request_id)
+WHERE requests.num_prompt_tokens IS NOT NULL
+ORDER BY arrivals.arrive_seq
+"""
+
+
+def run_block_stream(run: RunFile) -> tuple[int, list[RequestBlocks]]:
+    """The stream of a run file, from the block hashes vLLM recorded; and its block size.
+
+    Requests come in arrival order. A request's keys stop at the first block position the
+    run never hit nor stored (none is missing in a complete run).
+    """
+    row = run.row("SELECT block_size FROM runs")
+    if row is None:
+        raise LookupError("the run file has no runs row")
+    block_size = int(row[0])
+    stream = []
+    for num_prompt, num_output, positions, hashes in run.rows(_RUN_STREAM_SQL):
+        keys: list[Hashable] = []
+        for expected, (position, block_hash) in enumerate(
+            zip(positions or (), hashes or (), strict=True)
+        ):
+            if position != expected:
+                break
+            keys.append(block_hash)
+        num_tokens = num_kv_tokens(num_prompt, num_output)
+        num_blocks = max(-(-num_tokens // block_size), len(keys))
+        stream.append(RequestBlocks(tuple(keys), num_prompt, num_blocks))
+    return block_size, stream
+
+
+def mean_hit_tokens(run: RunFile, request_ids: list[str]) -> float:
+    """Average prefix-hit tokens of the given requests (at their first admission)."""
+    row = run.row(
+        "SELECT avg(num_hit_tokens) FROM requests WHERE list_contains($ids, request_id)",
+        {"ids": request_ids},
+    )
+    return 0.0 if row is None or row[0] is None else float(row[0])
+
+
+def first_block_references(run: RunFile) -> pd.DataFrame:
+    """Every use of a request's first block, in order: hit or store, when, which hash."""
+    return run.frame(
+        """
+        SELECT events.request_id, events.kind::VARCHAR AS kind, events.ts_ns, events.block_hash,
+            requests.num_hit_tokens, requests.tenant
+        FROM events JOIN requests USING (request_id)
+        WHERE events.kind IN ('hit', 'store') AND events.block_position = 0
+        ORDER BY events.seq
+        """
+    )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-import duckdb
+from collector.store.run_file import RunFile
 
 _SUMMARY_SQL = """
 WITH lookups AS (
@@ -43,18 +43,40 @@ FROM lookups, counts, runs
 """
 
 
-def run_summary(connection: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+class RunSummary(TypedDict):
+    """The headline figures of a run (what `kvscope summary --json` prints)."""
+
+    requests: int
+    token_hit_ratio: float
+    block_hit_ratio: float
+    evictions: int
+    events: int
+    prompt_tokens: int
+    hit_tokens: int
+    prompt_blocks: int
+    hit_blocks: int
+    stores: int
+    block_hits: int
+    preemptions: int
+    resets: int
+    collisions: int
+    dropped_events: int
+    block_size: int
+    num_blocks: int
+    hash_algo: str
+    vllm_prefix_cache_queries: int | None
+    vllm_prefix_cache_hits: int | None
+
+
+def run_summary(run: RunFile) -> RunSummary:
     """Requests, hit ratios (tokens and blocks), evictions and record counts of a run.
 
     token_hit_ratio is vLLM's PrefixCacheStats ratio: hit tokens / looked-up tokens over
     requests admitted for the first time. block_hit_ratio is hit blocks / prompt blocks, a
     prompt having ceil(tokens / block size) blocks (the partial last block counts).
     """
-    cursor = connection.execute(_SUMMARY_SQL)
-    names = [column[0] for column in cursor.description]
-    row = cursor.fetchone()
-    assert row is not None
-    figures = dict(zip(names, row, strict=True))
+    figures = run.record(_SUMMARY_SQL)
+    assert figures is not None
     prompt_tokens = figures["prompt_tokens"]
     prompt_blocks = figures["prompt_blocks"]
     return {

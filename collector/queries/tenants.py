@@ -4,19 +4,19 @@ that another sent the same prefix, unless their caches are salted apart)."""
 
 from __future__ import annotations
 
-import duckdb
 import pandas as pd
 
-from collector.time_window import TimeWindow
+from collector.model.time_window import TimeWindow
+from collector.store.run_file import RunFile
 
 NO_LABEL = "(none)"
 
 
-def tenant_usage(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> pd.DataFrame:
+def tenant_usage(run: RunFile, window: TimeWindow) -> pd.DataFrame:
     """Per tenant and adapter: requests first admitted in the window, their prompt and hit
     tokens (and the sum of squared hit tokens, for attention FLOPs), the hit ratio, requests
     with a cache salt; blocks they stored in the window and block-seconds those held there."""
-    return connection.execute(
+    return run.frame(
         """
         WITH asked AS (
             SELECT coalesce(tenant, $none) AS tenant, coalesce(lora, $none) AS lora,
@@ -59,14 +59,14 @@ def tenant_usage(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> p
             "duration_s": window.duration_s,
             "none": NO_LABEL,
         },
-    ).df()
+    )
 
 
-def cross_tenant_hits(connection: duckdb.DuckDBPyConnection, window: TimeWindow) -> pd.DataFrame:
+def cross_tenant_hits(run: RunFile, window: TimeWindow) -> pd.DataFrame:
     """Block hits in the window per storing tenant x hitting tenant (the storer of the latest
     store of the hash before each hit): how many, how many hit blocks stored without a cache
     salt, and whether the pair crosses tenants (a timing side channel)."""
-    return connection.execute(
+    return run.frame(
         """
         SELECT coalesce(stored_tenant, $none) AS stored_tenant,
             coalesce(hit_tenant, $none) AS hit_tenant,
@@ -80,4 +80,73 @@ def cross_tenant_hits(connection: duckdb.DuckDBPyConnection, window: TimeWindow)
         ORDER BY stored_tenant, hit_tenant
         """,
         {"first": window.first_bucket, "last": window.last_bucket, "none": NO_LABEL},
-    ).df()
+    )
+
+
+def tenant_hit_ratios(run: RunFile) -> pd.DataFrame:
+    """Per tenant and LoRA adapter: requests, prompt and hit tokens, and the hit ratio."""
+    return run.frame(
+        """
+        SELECT
+            coalesce(tenant, '(none)') AS tenant,
+            coalesce(lora, '(none)') AS lora,
+            count(*) AS requests,
+            sum(num_prompt_tokens) AS prompt_tokens,
+            sum(num_hit_tokens) AS hit_tokens,
+            sum(num_hit_tokens) / nullif(sum(num_prompt_tokens), 0) AS hit_ratio
+        FROM requests
+        WHERE num_hit_tokens IS NOT NULL
+        GROUP BY ALL
+        ORDER BY tenant, lora
+        """
+    )
+
+
+def salt_usage(run: RunFile) -> pd.DataFrame:
+    """Per tenant and cache salt (keyed hash): requests, prompt and hit tokens."""
+    return run.frame(
+        """
+        SELECT tenant, salt_hash, count(*) AS requests,
+            sum(num_prompt_tokens) AS prompt_tokens, sum(num_hit_tokens) AS hit_tokens
+        FROM requests
+        WHERE num_prompt_tokens IS NOT NULL
+        GROUP BY ALL
+        ORDER BY tenant, salt_hash
+        """
+    )
+
+
+def cross_tenant_readers(run: RunFile) -> pd.DataFrame:
+    """Blocks one tenant's requests hit that another tenant's request stored (the latest
+    store of that hash before the hit): reader, writer, the reader's salt, blocks, requests."""
+    return run.frame(
+        """
+        WITH owners AS (SELECT request_id, tenant, salt_hash FROM requests),
+        stores AS (
+            SELECT events.seq, events.block_hash, owners.tenant
+            FROM events JOIN owners USING (request_id)
+            WHERE events.kind = 'store'
+        ),
+        hits AS (
+            SELECT events.seq, events.block_hash, events.request_id, owners.tenant,
+                owners.salt_hash
+            FROM events JOIN owners USING (request_id)
+            WHERE events.kind = 'hit'
+        )
+        SELECT hits.tenant AS reader, stores.tenant AS writer,
+            any_value(hits.salt_hash) AS salt_hash,
+            count(*) AS blocks, count(DISTINCT hits.request_id) AS requests
+        FROM hits ASOF JOIN stores
+            ON hits.block_hash = stores.block_hash AND hits.seq > stores.seq
+        WHERE hits.tenant IS NOT NULL AND stores.tenant IS NOT NULL
+            AND hits.tenant <> stores.tenant
+        GROUP BY ALL
+        ORDER BY blocks DESC, reader, writer
+        """
+    )
+
+
+def num_tenants(run: RunFile) -> int:
+    """Distinct tenants (labels) among the run's requests."""
+    row = run.row("SELECT count(DISTINCT tenant) FROM requests")
+    return 0 if row is None else int(row[0])

@@ -5,14 +5,15 @@ Times are seconds since the run's first vLLM batch (`t_s`), on the engine's wall
 
 from __future__ import annotations
 
-import duckdb
 import pandas as pd
 
+from collector.store.run_file import RunFile
 
-def vllm_kv_summary(connection: duckdb.DuckDBPyConnection) -> dict[str, int]:
+
+def vllm_kv_summary(run: RunFile) -> dict[str, int]:
     """Batches (and how many came from vLLM's replay buffer), blocks stored and removed,
     caches cleared, batches lost, hash conflicts, and what kind of hashes vLLM sent."""
-    cursor = connection.execute(
+    row = run.record(
         """
         SELECT
             (SELECT count(*) FROM vllm_kv_batches) AS batches,
@@ -31,18 +32,16 @@ def vllm_kv_summary(connection: duckdb.DuckDBPyConnection) -> dict[str, int]:
         FROM vllm_kv_events
         """
     )
-    names = [column[0] for column in cursor.description]
-    row = cursor.fetchone()
     assert row is not None
-    return {name: int(value) for name, value in zip(names, row, strict=True)}
+    return {name: int(value) for name, value in row.items()}
 
 
-def vllm_kv_activity(connection: duckdb.DuckDBPyConnection, num_buckets: int = 60) -> pd.DataFrame:
+def vllm_kv_activity(run: RunFile, num_buckets: int = 60) -> pd.DataFrame:
     """Per time bucket: blocks stored, blocks removed, and whole-cache clears."""
-    row = connection.execute("SELECT min(ts_ns), max(ts_ns) FROM vllm_kv_events").fetchone()
+    row = run.row("SELECT min(ts_ns), max(ts_ns) FROM vllm_kv_events")
     start_ns, end_ns = (0, 0) if row is None or row[0] is None else (int(row[0]), int(row[1]))
     bucket_ns = max((end_ns - start_ns) // num_buckets, 1)
-    return connection.execute(
+    return run.frame(
         """
         SELECT
             (ts_ns - $start) // $bucket * $bucket / 1e9 AS t_s,
@@ -54,23 +53,23 @@ def vllm_kv_activity(connection: duckdb.DuckDBPyConnection, num_buckets: int = 6
         ORDER BY t_s
         """,
         {"start": start_ns, "bucket": bucket_ns},
-    ).df()
+    )
 
 
-def vllm_kv_gaps(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+def vllm_kv_gaps(run: RunFile) -> pd.DataFrame:
     """Every run of batches that never arrived: which stream, which numbers, why."""
-    return connection.execute(
+    return run.frame(
         """
         SELECT endpoint, dp_rank, epoch, first_seq, last_seq, num_batches, reason
         FROM vllm_kv_gaps
         ORDER BY endpoint, epoch, first_seq
         """
-    ).df()
+    )
 
 
-def vllm_kv_conflicts(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+def vllm_kv_conflicts(run: RunFile) -> pd.DataFrame:
     """Every hash conflict, hashes in hex, the two blocks' descriptions side by side."""
-    return connection.execute(
+    return run.frame(
         """
         SELECT
             printf('%016x', block_hash) AS block_hash,
@@ -91,4 +90,4 @@ def vllm_kv_conflicts(connection: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         FROM vllm_kv_conflicts
         ORDER BY second_epoch, second_seq, block_hash
         """
-    ).df()
+    )

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_utils import BlockHash
+    from vllm.v1.request import Request
+
+    BlockHasher = Callable[[Request], list[BlockHash]]
 
 HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 MAX_MODEL_LEN = 1 << 22
@@ -30,7 +38,7 @@ class CacheSettings:
 
 def make_kv_cache_manager(
     settings: CacheSettings, log_stats: bool = True, kv_events: bool = False
-) -> Any:
+) -> KVCacheManager:
     """A `KVCacheManager` with one full-attention group, as the scheduler would build it.
 
     `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
@@ -58,7 +66,7 @@ def make_kv_cache_manager(
     )
 
 
-def make_block_hasher(settings: CacheSettings) -> Any:
+def make_block_hasher(settings: CacheSettings) -> BlockHasher:
     """vLLM's request block hasher for these settings (initialises vLLM's NONE_HASH)."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -71,13 +79,13 @@ def make_block_hasher(settings: CacheSettings) -> Any:
 def make_request(
     request_id: str,
     token_ids: list[int],
-    block_hasher: Any,
+    block_hasher: BlockHasher,
     *,
     max_tokens: int = 1,
     arrival_time: float = 0.0,
     lora_name: str | None = None,
     cache_salt: str | None = None,
-) -> Any:
+) -> Request:
     """A vLLM `Request` whose block hashes vLLM computes itself on creation."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request

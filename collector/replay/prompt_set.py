@@ -24,7 +24,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from collector.traces import MAX_TOKEN_ID, TraceError, parse_json_object
+from collector.replay.traces import MAX_TOKEN_ID, TraceError, parse_json_object
 
 TOKEN_PATTERN = re.compile(r"\s*[^\W\d_]+|\s*\d|\s*[^\w\s]|\s*_|\s+")
 FIRST_TOKEN_ID = 1_000

@@ -10,18 +10,17 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from collector.block_manager import (
+from collector.queries.summary import RunSummary, run_summary
+from collector.replay.block_manager import (
     CacheSettings,
     make_block_hasher,
     make_kv_cache_manager,
     require_vllm,
 )
-from collector.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
-from collector.store import RunConfig, RunStore, StoreError
-from collector.summary import run_summary
-from collector.traces import TraceError, TraceRequest, read_trace
+from collector.replay.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
+from collector.replay.traces import TraceError, TraceRequest, read_trace
+from collector.store.run_file import RunConfig, RunStore, StoreError
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer
@@ -63,7 +62,7 @@ def replay(
     options: ReplayOptions,
     secret: bytes,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Replay a trace into a new run file and return its summary."""
     requests = load_requests(trace_path, options)
     return replay_requests(requests, trace_path, out_path, options, secret, progress=progress)
@@ -77,7 +76,7 @@ def replay_requests(
     secret: bytes,
     *,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Replay requests read from `source` (a trace, or a run's recorded requests) into a new
     run file and return its summary."""
     if out_path.exists():
@@ -91,7 +90,7 @@ def replay_requests(
             replay_into(store, requests, options, secret, progress or (lambda _: None))
         except CacheTooSmall as error:
             raise TraceError(source, error.line, error.reason) from error
-        summary = run_summary(store.connection)
+        summary = run_summary(store)
         store.close()
         os.replace(temporary, out_path)
     except BaseException:
@@ -136,8 +135,8 @@ def replay_into(
         hooks.detach()
     if hooks.num_lost:
         raise RuntimeError(f"replay lost {hooks.num_lost} records; this is a kvscope bug")
-    stats = manager.make_prefix_cache_stats()
-    store.finalize(vllm_prefix_cache=(stats.queries, stats.hits))
+    stats = manager.make_prefix_cache_stats()  # None only when built with log_stats=False
+    store.finalize(vllm_prefix_cache=(stats.queries, stats.hits) if stats else None)
 
 
 def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:

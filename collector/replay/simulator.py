@@ -23,11 +23,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from collector.block_manager import make_request
-from collector.traces import TraceRequest
+from collector.replay.block_manager import make_request
+from collector.replay.traces import TraceRequest
 from engine_hooks.hooks import KVCacheHooks
+
+if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.request import Request
+
+    from collector.replay.block_manager import BlockHasher
 
 NS_PER_MS = 1_000_000
 OUTPUT_TOKEN_BASE = 1_000_000_000
@@ -68,10 +74,10 @@ class Simulator:
 
     def __init__(
         self,
-        manager: Any,
+        manager: KVCacheManager,
         hooks: KVCacheHooks | None,
         clock: VirtualClock,
-        block_hasher: Callable[[Any], list[bytes]],
+        block_hasher: BlockHasher,
         on_step: Callable[[], None],
     ) -> None:
         self.manager = manager
@@ -83,7 +89,7 @@ class Simulator:
 
     # -- shared steps ---------------------------------------------------------------
 
-    def _arrive(self, trace_request: TraceRequest, index: int) -> Any:
+    def _arrive(self, trace_request: TraceRequest, index: int) -> Request:
         request = make_request(
             trace_request.request_id,
             trace_request.prompt_token_ids(),
@@ -98,7 +104,7 @@ class Simulator:
             self.hooks.on_arrive(request, tenant=trace_request.tenant)
         return request
 
-    def _admit(self, request: Any) -> int | None:
+    def _admit(self, request: Request) -> int | None:
         """Look up the prefix and allocate the whole prefill, as the scheduler does.
 
         Returns the number of tokens the prefill computes, or None when it does not fit.
@@ -122,7 +128,7 @@ class Simulator:
         base = OUTPUT_TOKEN_BASE + (self._index[trace_request.request_id] << 12)
         return [base + position for position in range(start, start + count)]
 
-    def _finish(self, request: Any) -> None:
+    def _finish(self, request: Request) -> None:
         from vllm.v1.request import RequestStatus
 
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
@@ -174,12 +180,10 @@ class Simulator:
         step_model: StepModel,
         progress: Callable[[int], None],
     ) -> None:
-        from vllm.v1.request import RequestStatus
-
         pending = deque(sorted(enumerate(trace), key=lambda item: item[1].timestamp_ms))
         by_id = {trace_request.request_id: trace_request for trace_request in trace}
-        waiting: deque[Any] = deque()
-        running: list[Any] = []
+        waiting: deque[Request] = deque()
+        running: list[Request] = []
         now_ms = 0.0
         while pending or waiting or running:
             if not waiting and not running:
@@ -189,51 +193,75 @@ class Simulator:
                 self.clock.set_ms(trace_request.timestamp_ms)
                 waiting.append(self._arrive(trace_request, index))
             self.clock.set_ms(now_ms)
-
-            for request in list(running):
-                if request not in running:
-                    continue  # preempted earlier in this step
-                trace_request = by_id[request.request_id]
-                if request.num_output_tokens >= trace_request.output_length:
-                    running.remove(request)
-                    self._finish(request)
-                    progress(1)
-                    continue
-                while self.manager.allocate_slots(request, 1) is None:
-                    victim = running.pop()
-                    self.manager.free(victim)
-                    victim.status = RequestStatus.PREEMPTED
-                    victim.num_computed_tokens = 0
-                    victim.num_preemptions += 1
-                    if self.hooks:
-                        self.hooks.on_preempt(victim)
-                    waiting.appendleft(victim)
-                    if victim is request:
-                        break
-                else:
-                    request.num_computed_tokens += 1
-                    request.append_output_token_ids(
-                        self._output_tokens(trace_request, request.num_output_tokens, 1)
-                    )
-
-            num_prefill_tokens = 0
-            while waiting and len(running) < max_num_seqs:
-                request = waiting[0]
-                num_computed = self._admit(request)
-                if num_computed is None:
-                    if not running:
-                        raise self._too_small(by_id[request.request_id])
-                    break
-                waiting.popleft()
-                running.append(request)
-                num_prefill_tokens += num_computed
-                trace_request = by_id[request.request_id]
-                if request.num_output_tokens < trace_request.output_length:
-                    request.append_output_token_ids(
-                        self._output_tokens(trace_request, request.num_output_tokens, 1)
-                    )
-
+            self._decode(running, waiting, by_id, progress)
+            num_prefill_tokens = self._prefill(running, waiting, by_id, max_num_seqs)
             self._step_done()
             now_ms += (
                 step_model.step_ms + num_prefill_tokens * step_model.prefill_us_per_token / 1000
             )
+
+    def _decode(
+        self,
+        running: list[Request],
+        waiting: deque[Request],
+        by_id: dict[str, TraceRequest],
+        progress: Callable[[int], None],
+    ) -> None:
+        """One output token for each running request: finish those done; when the pool runs
+        out, preempt from the back of the running list, as vLLM's scheduler does."""
+        for request in list(running):
+            if request not in running:
+                continue  # preempted earlier in this step
+            trace_request = by_id[request.request_id]
+            if request.num_output_tokens >= trace_request.output_length:
+                running.remove(request)
+                self._finish(request)
+                progress(1)
+                continue
+            while self.manager.allocate_slots(request, 1) is None:
+                victim = running.pop()
+                self._preempt(victim)
+                waiting.appendleft(victim)
+                if victim is request:
+                    break
+            else:
+                request.num_computed_tokens += 1
+                request.append_output_token_ids(
+                    self._output_tokens(trace_request, request.num_output_tokens, 1)
+                )
+
+    def _preempt(self, victim: Request) -> None:
+        from vllm.v1.request import RequestStatus
+
+        self.manager.free(victim)
+        victim.status = RequestStatus.PREEMPTED
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        if self.hooks:
+            self.hooks.on_preempt(victim)
+
+    def _prefill(
+        self,
+        running: list[Request],
+        waiting: deque[Request],
+        by_id: dict[str, TraceRequest],
+        max_num_seqs: int,
+    ) -> int:
+        """Admit waiting requests in order while they fit; returns the prefill tokens."""
+        num_prefill_tokens = 0
+        while waiting and len(running) < max_num_seqs:
+            request = waiting[0]
+            num_computed = self._admit(request)
+            if num_computed is None:
+                if not running:
+                    raise self._too_small(by_id[request.request_id])
+                break
+            waiting.popleft()
+            running.append(request)
+            num_prefill_tokens += num_computed
+            trace_request = by_id[request.request_id]
+            if request.num_output_tokens < trace_request.output_length:
+                request.append_output_token_ids(
+                    self._output_tokens(trace_request, request.num_output_tokens, 1)
+                )
+        return num_prefill_tokens

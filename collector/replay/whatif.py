@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from itertools import product
@@ -19,11 +19,11 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from collector.block_stream import num_kv_tokens
-from collector.kv_memory import KVSpec, gib_for_blocks
-from collector.replay import ReplayOptions, replay_requests
-from collector.store import RunStore, StoreError
-from collector.traces import TraceError, TraceRequest, read_trace
+from collector.model.block_stream import num_kv_tokens
+from collector.model.kv_memory import KVSpec, gib_for_blocks
+from collector.replay.replayer import ReplayOptions, replay_requests
+from collector.replay.traces import TraceError, TraceRequest, read_trace
+from collector.store.run_file import RunStore, StoreError
 
 RESULTS_FILE = "whatif.json"
 
@@ -55,11 +55,11 @@ class Source:
 
     def load(self) -> list[TraceRequest]:
         if self.is_run:
-            from collector.run_requests import requests_from_run
+            from collector.queries.requests import requests_from_run
 
             store = RunStore.open(self.path)
             try:
-                requests = requests_from_run(store.connection, self.path)
+                requests = requests_from_run(store, self.path)
             finally:
                 store.close()
         else:
@@ -76,7 +76,7 @@ def sweep_points(
 ) -> list[SweepPoint]:
     """Every combination; pool sizes given as blocks, or as GiB of KV cache (per block size,
     through the model's KV spec, so every block size gets the same memory)."""
-    from collector.kv_memory import blocks_for_gib
+    from collector.model.kv_memory import blocks_for_gib
 
     points = []
     for block_size, seqs in product(block_sizes, max_num_seqs):
@@ -118,7 +118,9 @@ def _replay_point(
     point: SweepPoint, out_path: str, source_path: str, options: ReplayOptions, secret: bytes
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    summary = replay_requests(_worker_requests, Path(source_path), Path(out_path), options, secret)
+    summary: Mapping[str, Any] = replay_requests(
+        _worker_requests, Path(source_path), Path(out_path), options, secret
+    )
     return {
         **asdict(point),
         "seconds": round(time.perf_counter() - started, 2),

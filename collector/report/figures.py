@@ -10,10 +10,19 @@ from typing import Any
 
 import pandas as pd
 
-from collector import queries
+from collector.queries.config import RunRow, run_config
+from collector.queries.pool import (
+    FreeBlockExtremes,
+    RegretSummary,
+    eviction_regret_summary,
+    free_block_extremes,
+    pool_timeline,
+)
+from collector.queries.summary import RunSummary, run_summary
+from collector.queries.tenants import tenant_hit_ratios
+from collector.queries.timeline import event_times, hit_rate_over_time
 from collector.safe_text import shown
-from collector.store import RunStore
-from collector.summary import run_summary
+from collector.store.run_file import RunStore
 
 HIT_RATE_BUCKETS = 60
 POOL_POINTS = 600
@@ -26,10 +35,10 @@ class RunFigures:
     """One run's figures: `run_summary`, eviction regret, free-block extremes, tenants."""
 
     path: Path
-    config: dict[str, Any]
-    summary: dict[str, Any]
-    regret: dict[str, float | int]
-    free_blocks: dict[str, float | int]
+    config: dict[str, Any]  # the runs row as JSON-ready values
+    summary: RunSummary
+    regret: RegretSummary
+    free_blocks: FreeBlockExtremes
     tenants: list[dict[str, Any]]
 
     @property
@@ -69,20 +78,19 @@ def read_run(path: Path, regret_within_s: float | None) -> tuple[RunFigures, Run
     """Open a run file (schema checked) and read its figures and series."""
     store = RunStore.open(path)
     try:
-        connection = store.connection
-        free_blocks = queries.free_block_extremes(connection)
+        free_blocks = free_block_extremes(store)
         figures = RunFigures(
             path=path,
-            config=_plain_config(queries.run_config(connection)),
-            summary=run_summary(connection),
-            regret=queries.eviction_regret_summary(connection, regret_within_s),
+            config=_plain_config(run_config(store)),
+            summary=run_summary(store),
+            regret=eviction_regret_summary(store, regret_within_s),
             free_blocks=free_blocks,
-            tenants=_tenant_rows(queries.tenant_hit_ratios(connection)),
+            tenants=_tenant_rows(tenant_hit_ratios(store)),
         )
         series = RunSeries(
-            hit_rate=queries.hit_rate_over_time(connection, HIT_RATE_BUCKETS),
-            pool=queries.pool_timeline(connection, POOL_POINTS),
-            evictions=queries.event_times(connection, "evict", EVICTION_POINTS),
+            hit_rate=hit_rate_over_time(store, HIT_RATE_BUCKETS),
+            pool=pool_timeline(store, POOL_POINTS),
+            evictions=event_times(store, "evict", EVICTION_POINTS),
             usable_blocks=int(free_blocks["usable_blocks"]),
         )
     finally:
@@ -90,9 +98,9 @@ def read_run(path: Path, regret_within_s: float | None) -> tuple[RunFigures, Run
     return figures, series
 
 
-def _plain_config(config: dict[str, Any]) -> dict[str, Any]:
+def _plain_config(config: RunRow) -> dict[str, Any]:
     """The runs row with times as ISO text and options decoded."""
-    plain = dict(config)
+    plain: dict[str, Any] = dict(config)
     for name, value in config.items():
         if isinstance(value, datetime):
             plain[name] = value.isoformat()

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.replay import ReplayOptions, replay
-from collector.store import RunStore
+from collector.replay.replayer import ReplayOptions, replay
+from collector.store.run_file import RunStore
 
 RUN_SUFFIX = ".duckdb"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from xml.etree import ElementTree
 
 from collector.report.checks import FAIL, SKIP
-from collector.report.comparison import Comparison
 from collector.report.formatting import describe
+from collector.report.verdict import Comparison
 from collector.safe_text import shown
 
 SUITE = "kvscope.prefix_cache"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from collector.report.checks import FAIL, PASS, Check
-from collector.report.comparison import Comparison
 from collector.report.figures import RunFigures
 from collector.report.formatting import format_change, format_limit, format_value
+from collector.report.verdict import Comparison
 from collector.safe_text import code, shown
 
 # A workflow finds its earlier comment by this line and edits it instead of adding another.
@@ -75,7 +75,6 @@ _RUN_LABELS = (
     "fewest free blocks",
     "vLLM",
 )
-_RUN_COUNTS = ("requests", "prompt_tokens", "hit_tokens", "evictions", "preemptions")
 
 
 def _runs_table(baseline: RunFigures, candidate: RunFigures) -> list[str]:
@@ -100,7 +99,16 @@ def _run_cells(run: RunFigures) -> list[str]:
         _code(run.path.name),
         source,
         f"{summary['block_size']}, {summary['num_blocks']:,}, {summary['hash_algo']}",
-        *(format_value(summary[name], "count") for name in _RUN_COUNTS),
+        *(
+            format_value(count, "count")
+            for count in (
+                summary["requests"],
+                summary["prompt_tokens"],
+                summary["hit_tokens"],
+                summary["evictions"],
+                summary["preemptions"],
+            )
+        ),
         f"{free_blocks['min_free_blocks']:,} of {free_blocks['usable_blocks']:,}",
         _escape(str(config.get("vllm_version"))),
     ]

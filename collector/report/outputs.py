@@ -7,11 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from collector.report.comparison import Comparison
 from collector.report.figures import RunSeries
 from collector.report.html import render_html
 from collector.report.junit import render_junit
 from collector.report.markdown import render_markdown
+from collector.report.verdict import Comparison
 
 FILE_NAMES = ("report.md", "report.html", "junit.xml", "figures.json")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from collector.model.comparison import RUN_SETTINGS, differing_settings
 from collector.report.checks import Check, failed, run_checks
 from collector.report.figures import RunFigures
 from collector.report.thresholds import Thresholds
+from collector.safe_text import shown
 
 REPORT_FORMAT = 1
-SETTINGS = ("block_size", "num_blocks", "hash_algo", "timing", "max_num_seqs")
 
 
 @dataclass(frozen=True)
@@ -57,20 +58,23 @@ def compare(
 
 def _notes(baseline: RunFigures, candidate: RunFigures) -> list[str]:
     notes = []
-    for name in SETTINGS:
-        old, new = baseline.config.get(name), candidate.config.get(name)
-        if old != new:
-            notes.append(f"{name} differs: {old} in the baseline, {new} in the candidate.")
-    for name, meaning in (
-        ("requests", "the runs replayed different workloads"),
-        ("prompt_tokens", "the prompts changed"),
+    for name in differing_settings(baseline.config, candidate.config, RUN_SETTINGS):
+        first, second = shown(baseline.config.get(name)), shown(candidate.config.get(name))
+        notes.append(f"{name} differs: {first} in the baseline, {second} in the candidate.")
+    old, new = baseline.summary, candidate.summary
+    for name, before, after, meaning in (
+        ("requests", old["requests"], new["requests"], "the runs replayed different workloads"),
+        ("prompt_tokens", old["prompt_tokens"], new["prompt_tokens"], "the prompts changed"),
     ):
-        old, new = baseline.summary[name], candidate.summary[name]
-        if old != new:
+        if before != after:
             notes.append(
-                f"{name} differs: {old:,} in the baseline, {new:,} in the candidate ({meaning})."
+                f"{name} differs: {before:,} in the baseline, {after:,} in the candidate "
+                f"({meaning})."
             )
-    for name in ("dropped_events", "collisions"):
-        if baseline.summary[name]:
-            notes.append(f"The baseline has {baseline.summary[name]:,} {name.replace('_', ' ')}.")
+    for what, count in (
+        ("dropped events", old["dropped_events"]),
+        ("collisions", old["collisions"]),
+    ):
+        if count:
+            notes.append(f"The baseline has {count:,} {what}.")
     return notes

@@ -1,4 +1,8 @@
-"""One DuckDB file per run: create it, append records in Arrow batches, open it to read."""
+"""One DuckDB file per run: `RunFile` owns the connection a run is read through, and
+`RunStore` is a run file open for writing (create, append records in Arrow batches, finish).
+
+Nothing outside `collector.store` touches DuckDB: the query modules hand their SQL to a
+`RunFile` and get rows or a data frame back."""
 
 from __future__ import annotations
 
@@ -6,15 +10,19 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import duckdb
+import pandas as pd
+import pyarrow as pa
 
-from collector.ingest import to_batch
-from collector.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
+from collector.store.ingest import to_batch
+from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 from engine_hooks.events import Event
 
 FLUSH_RECORDS = 250_000
@@ -34,6 +42,10 @@ RUN_TABLES = frozenset(
         r"CREATE (?:OR REPLACE )?TABLE (\w+)", "\n".join((*CREATE_STATEMENTS, *DERIVED_STATEMENTS))
     )
 )
+
+
+# What DuckDB raises when a query meets damage that opening the run file could not see.
+ReadError = duckdb.Error
 
 
 class RunBeingWritten(StoreError):
@@ -57,17 +69,75 @@ class RunConfig:
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
 
 
-class RunStore:
-    """A run file open for writing (`create`) or reading (`open`)."""
+Parameters = Sequence[object] | Mapping[str, object] | None
+
+
+class RunFile:
+    """A run file open for reading: it owns the DuckDB connection, checks the file when it
+    opens it, and runs the query modules' SQL, handing back rows or a data frame."""
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
-        self.connection = connection
+        self._connection = connection
         self.path = path
+
+    @classmethod
+    def open(cls, path: Path, read_only: bool = True) -> Self:
+        """Open an existing run file, checking that it is an undamaged run of the schema
+        version this kvscope reads."""
+        return cls(_open_checked(path, read_only), path)
+
+    def rows(self, sql: str, parameters: Parameters = None) -> list[tuple[Any, ...]]:
+        return self._connection.execute(sql, parameters).fetchall()
+
+    def row(self, sql: str, parameters: Parameters = None) -> tuple[Any, ...] | None:
+        """The first row, or None when there is none."""
+        return self._connection.execute(sql, parameters).fetchone()
+
+    def record(self, sql: str, parameters: Parameters = None) -> dict[str, Any] | None:
+        """The first row as a dict by column name, or None when there is none."""
+        cursor = self._connection.execute(sql, parameters)
+        names = [column[0] for column in cursor.description]
+        row = cursor.fetchone()
+        return None if row is None else dict(zip(names, row, strict=True))
+
+    def frame(self, sql: str, parameters: Parameters = None) -> pd.DataFrame:
+        return self._connection.execute(sql, parameters).df()
+
+    def cursor(self) -> RunFile:
+        """The same run through a cursor of its own (one per thread, as Streamlit runs pages)."""
+        return RunFile(self._connection.cursor(), self.path)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run was finalized (its collector or replay ended cleanly)."""
+        row = self.row("SELECT finished_at IS NOT NULL FROM runs")
+        return bool(row and row[0])
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RunStore(RunFile):
+    """A run file open for writing: created (`create`) or an unfinished one resumed."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+        super().__init__(connection, path)
         self._pending: list[Event] = []
         self.num_records = 0
 
     @classmethod
-    def create(cls, path: Path, config: RunConfig) -> RunStore:
+    def create(cls, path: Path, config: RunConfig) -> Self:
         """Create a new run file, schema and config in place before it appears under `path`;
         refuses to overwrite one."""
         if path.exists():
@@ -91,67 +161,24 @@ class RunStore:
         return cls(_connect(path), path)
 
     @classmethod
-    def open(cls, path: Path, read_only: bool = True) -> RunStore:
-        """Open an existing run file, checking that its schema is the one this kvscope reads."""
-        if not path.is_file():
-            raise StoreError(f"{path}: no such run file")
-        with path.open("rb") as handle:
-            if handle.read(12)[8:] != DUCKDB_MAGIC:
-                raise StoreError(f"{path}: not a DuckDB file, so not a kvscope run")
-        try:
-            connection = _connect(path, read_only=read_only)
-        except duckdb.IOException as error:
-            if "lock" in str(error).lower():
-                raise RunBeingWritten(
-                    f"{path}: another process is writing this run (DuckDB allows one writer "
-                    "and no reader meanwhile); read its live copy instead"
-                ) from error
-            raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
-        except duckdb.Error as error:
-            raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
-        try:
-            row = connection.execute(
-                "SELECT value FROM meta WHERE key = 'schema_version'"
-            ).fetchone()
-        except duckdb.CatalogException as error:
-            connection.close()
-            raise StoreError(f"{path}: not a kvscope run (no meta table)") from error
-        version = None if row is None else row[0]
-        if version != str(SCHEMA_VERSION):
-            connection.close()
-            raise StoreError(
-                f"{path}: run schema version {version}, this kvscope reads version "
-                f"{SCHEMA_VERSION}; replay the trace again or use the matching kvscope"
-            )
-        damage = _damage(connection, path)
-        if damage:
-            connection.close()
-            raise StoreError(f"{path}: the run file is damaged: {damage}")
-        return cls(connection, path)
-
-    @classmethod
-    def resume(cls, path: Path) -> RunStore:
+    def resume(cls, path: Path) -> Self:
         """Open a run its collector never finished (killed) to write on; refuse a finished
         one, as kvscope never overwrites runs."""
-        store = cls.open(path, read_only=False)
+        store = cls(_open_checked(path, read_only=False), path)
         if store.finished:
             store.close()
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
         return store
 
     @property
-    def finished(self) -> bool:
-        return run_is_finished(self.connection)
-
-    @property
     def source(self) -> str:
         """Where the run's settings came from: "engine", "replay", "vllm-kv-events"."""
-        row = self.connection.execute("SELECT source FROM runs").fetchone()
+        row = self._connection.execute("SELECT source FROM runs").fetchone()
         return str(row[0]) if row else ""
 
     def stream_positions(self) -> dict[tuple[str, int], int]:
         """Per engine and DP rank: the record number after the last one stored."""
-        rows = self.connection.execute(
+        rows = self._connection.execute(
             "SELECT engine_id, dp_rank, max(seq) + 1 FROM ("
             " SELECT engine_id, dp_rank, seq FROM events"
             " UNION ALL SELECT engine_id, dp_rank, seq FROM pool"
@@ -162,16 +189,16 @@ class RunStore:
 
     def next_vllm_kv_batch(self) -> int:
         """The number of the vLLM KV event batch after the last one stored."""
-        row = self.connection.execute(
+        row = self._connection.execute(
             "SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches"
         ).fetchone()
         return int(row[0]) if row else 0
 
     def update_config(self, config: RunConfig) -> None:
         """Replace the run's settings, keeping its id and start (and the options it had)."""
-        row = self.connection.execute("SELECT options FROM runs").fetchone()
+        row = self._connection.execute("SELECT options FROM runs").fetchone()
         options = {**json.loads(row[0] or "{}"), **config.options} if row else config.options
-        self.connection.execute(
+        self._connection.execute(
             "UPDATE runs SET source = ?, block_size = ?, num_blocks = ?, hash_algo = ?, "
             "vllm_version = ?, trace = ?, timing = ?, max_num_seqs = ?, options = ?",
             [
@@ -200,53 +227,90 @@ class RunStore:
         batch = to_batch(self._pending)
         self.num_records += len(self._pending)
         self._pending = []
-        connection = self.connection
+        self.insert(dict(batch.tables()))
+
+    def insert(self, tables: Mapping[str, pa.Table]) -> None:
+        """Append each Arrow table to the run table of its name, all in one transaction."""
+        connection = self._connection
         connection.begin()
-        for table_name, table in batch.tables():
-            connection.register("_batch", table)
-            connection.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
-            connection.unregister("_batch")
+        try:
+            for name, table in tables.items():
+                if table.num_rows:
+                    connection.register("_batch", table)
+                    connection.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _batch")
+                    connection.unregister("_batch")
+        except BaseException:
+            connection.rollback()
+            raise
         connection.commit()
 
     def refresh_derived(self) -> None:
         """Flush, then rebuild the derived tables from the events so far."""
         self.flush()
         for statement in DERIVED_STATEMENTS:
-            self.connection.execute(statement)
+            self._connection.execute(statement)
 
     def copy_to(self, destination: Path) -> None:
         """Write a consistent copy of the whole run file to `destination`, atomically."""
         temporary = destination.with_name(f".{destination.name}.tmp")
         temporary.unlink(missing_ok=True)
-        row = self.connection.execute("SELECT current_database()").fetchone()
+        row = self._connection.execute("SELECT current_database()").fetchone()
         assert row is not None
         source = '"' + str(row[0]).replace('"', '""') + '"'
         target = "'" + str(temporary).replace("'", "''") + "'"
-        self.connection.execute(f"ATTACH {target} AS kvscope_copy")
+        self._connection.execute(f"ATTACH {target} AS kvscope_copy")
         try:
-            self.connection.execute(f"COPY FROM DATABASE {source} TO kvscope_copy")
+            self._connection.execute(f"COPY FROM DATABASE {source} TO kvscope_copy")
         finally:
-            self.connection.execute("DETACH kvscope_copy")
+            self._connection.execute("DETACH kvscope_copy")
         os.replace(temporary, destination)
 
     def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
         """Flush, rebuild the derived tables, and stamp the run as finished."""
         self.refresh_derived()
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
-        self.connection.execute(
+        self._connection.execute(
             "UPDATE runs SET finished_at = ?, vllm_prefix_cache_queries = ?, "
             "vllm_prefix_cache_hits = ?",
             [datetime.now(UTC).replace(tzinfo=None), queries, hits],
         )
 
-    def close(self) -> None:
-        self.connection.close()
 
-
-def run_is_finished(connection: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the run was finalized (its collector or replay ended cleanly)."""
-    row = connection.execute("SELECT finished_at IS NOT NULL FROM runs").fetchone()
-    return bool(row and row[0])
+def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection to an existing run file of the schema version this kvscope reads."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no such run file")
+    with path.open("rb") as handle:
+        if handle.read(12)[8:] != DUCKDB_MAGIC:
+            raise StoreError(f"{path}: not a DuckDB file, so not a kvscope run")
+    try:
+        connection = _connect(path, read_only=read_only)
+    except duckdb.IOException as error:
+        if "lock" in str(error).lower():
+            raise RunBeingWritten(
+                f"{path}: another process is writing this run (DuckDB allows one writer "
+                "and no reader meanwhile); read its live copy instead"
+            ) from error
+        raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
+    except duckdb.Error as error:
+        raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
+    try:
+        row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.CatalogException as error:
+        connection.close()
+        raise StoreError(f"{path}: not a kvscope run (no meta table)") from error
+    version = None if row is None else row[0]
+    if version != str(SCHEMA_VERSION):
+        connection.close()
+        raise StoreError(
+            f"{path}: run schema version {version}, this kvscope reads version "
+            f"{SCHEMA_VERSION}; replay the trace again or use the matching kvscope"
+        )
+    damage = _damage(connection, path)
+    if damage:
+        connection.close()
+        raise StoreError(f"{path}: the run file is damaged: {damage}")
+    return connection
 
 
 def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -288,13 +352,13 @@ def live_copy_path(run_path: Path) -> Path:
     return run_path.with_name(run_path.name + ".live")
 
 
-def open_readable(run_path: Path) -> tuple[RunStore, bool]:
+def open_readable(run_path: Path) -> tuple[RunFile, bool]:
     """Open a run for reading: the file itself, or, while `kvscope collect` is writing it
     (DuckDB then lets no other process open it), its latest live copy. True means live."""
     try:
-        return RunStore.open(run_path), False
+        return RunFile.open(run_path), False
     except RunBeingWritten:
         live = live_copy_path(run_path)
         if not live.is_file():
             raise
-        return RunStore.open(live), True
+        return RunFile.open(live), True

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collector.rollups import ROLLUP_STATEMENTS
+from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
 SCHEMA_VERSION = 3
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
-# What vLLM's own KV events carry (collector/vllm_kv_ingest.py): batches as received, one
+# What vLLM's own KV events carry (collector/live/vllm_kv/ingest.py): batches as received, one
 # row per block of each BlockStored / BlockRemoved (one per AllBlocksCleared), the batches
 # that never arrived, and two different blocks seen under one published hash.
 VLLM_KV_STATEMENTS = (

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from collector.vllm_kv_wire import (
+from collector.live.vllm_kv.wire import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

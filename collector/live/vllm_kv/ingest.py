@@ -8,9 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.store import RunStore
-from collector.vllm_kv_conflicts import BlockDescription, HashConflict, HashConflictDetector
-from collector.vllm_kv_wire import (
+from collector.live.vllm_kv.conflicts import BlockDescription, HashConflict, HashConflictDetector
+from collector.live.vllm_kv.wire import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -19,6 +18,7 @@ from collector.vllm_kv_wire import (
     WireBlockHash,
     hash64,
 )
+from collector.store.run_file import RunStore
 
 BATCH_COLUMNS: dict[str, pa.DataType] = {
     "endpoint": pa.string(),
@@ -92,18 +92,7 @@ def append_vllm_batches(
         "vllm_kv_gaps": gaps_table(gaps),
         "vllm_kv_conflicts": conflicts_table(conflicts),
     }
-    connection = store.connection
-    connection.begin()
-    try:
-        for name, table in tables.items():
-            if table.num_rows:
-                connection.register("_vllm_batch", table)
-                connection.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _vllm_batch")
-                connection.unregister("_vllm_batch")
-    except BaseException:
-        connection.rollback()
-        raise
-    connection.commit()
+    store.insert(tables)
     return conflicts
 
 

@@ -17,7 +17,7 @@ from types import TracebackType
 import msgspec
 import zmq
 
-from collector.vllm_kv_wire import Gap, ReceivedBatch, decode_batch
+from collector.live.vllm_kv.wire import Gap, ReceivedBatch, decode_batch
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 RECEIVE_HIGH_WATER_MARK = 100_000  # vLLM's PUB side keeps as many; the default 1,000 drops

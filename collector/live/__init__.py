@@ -1,0 +1,1 @@
+"""Live capture: the engines' socket, the receiver, its checks, and the Prometheus exporter."""

@@ -1,0 +1,1 @@
+"""vLLM's own KV events: the wire format, the subscriber, conflicts and ingest."""

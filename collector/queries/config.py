@@ -1,0 +1,53 @@
+"""What a run was: its runs row (source, cache settings, versions, start and finish), and
+where its records came from, as a phrase."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypedDict, cast
+
+from collector.safe_text import shown
+from collector.store.run_file import RunFile
+
+
+class RunRow(TypedDict):
+    """A run's runs row (collector/store/schema.py); options is JSON text."""
+
+    run_id: str
+    source: str
+    trace: str | None
+    timing: str | None
+    block_size: int
+    num_blocks: int
+    hash_algo: str
+    max_num_seqs: int | None
+    vllm_version: str
+    kvscope_version: str
+    started_at: datetime
+    options: str | None
+    vllm_prefix_cache_queries: int | None
+    vllm_prefix_cache_hits: int | None
+    finished_at: datetime | None
+
+
+def run_config(run: RunFile) -> RunRow:
+    """The runs row: source, cache settings, versions, start and finish."""
+    row = run.record("SELECT * FROM runs")
+    if row is None:
+        raise LookupError("the run file has no runs row")
+    return cast(RunRow, row)
+
+
+def describe_source(config: Mapping[str, Any]) -> str:
+    """Where a run's records came from, as a phrase: "replay of TRACE", "live capture of
+    engine host:123", "vLLM KV events from tcp://..."."""
+    options = config.get("options") or {}
+    if isinstance(options, str):
+        options = json.loads(options)
+    if config["source"] == "engine":
+        return f"live capture of engine {shown(options.get('engine_id') or '?')}"
+    if config["source"] == "vllm-kv-events":
+        return f"vLLM KV events from {shown(options.get('endpoint') or '?')}"
+    return f"{config['source']} of {shown(config['trace'])}"

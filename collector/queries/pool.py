@@ -1,0 +1,174 @@
+"""The pool over time: free, cached-but-free and in-use blocks, the stretches it ran low,
+its extremes, and evictions that were regretted (the block was asked for again)."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import pandas as pd
+
+from collector.model.time_window import TimeWindow
+from collector.queries.timeline import timeline_span
+from collector.store.run_file import RunFile
+
+
+class RegretSummary(TypedDict):
+    """Evictions, how many of the evicted blocks were stored again, and that share."""
+
+    evictions: int
+    restored: int
+    regret_ratio: float
+
+
+class FreeBlockExtremes(TypedDict):
+    """The fewest free blocks, the usable pool, and the share of pool steps under the alarm."""
+
+    min_free_blocks: int
+    usable_blocks: int
+    low_free_step_share: float
+
+
+def pool_timeline(
+    run: RunFile,
+    max_points: int = 2_000,
+    window: TimeWindow | None = None,
+) -> pd.DataFrame:
+    """Free-but-uncached, cached-but-free and in-use blocks over time (in `window`, if given).
+
+    Long runs are bucketed to about `max_points` points; each bucket keeps its fullest
+    moment (fewest free blocks), so a dip toward empty never disappears from the chart.
+    """
+    return run.frame(
+        """
+        SELECT
+            ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
+            arg_min(num_free - num_cached_free, num_free) AS free_uncached,
+            arg_min(num_cached_free, num_free) AS cached_free,
+            arg_min(num_in_use, num_free) AS in_use,
+            min(num_free) AS free
+        FROM pool
+        WHERE ts_ns >= $start AND ts_ns < $end
+        GROUP BY ALL
+        ORDER BY t_s
+        """,
+        timeline_span(run, window, max_points),
+    )
+
+
+def low_free_periods(
+    run: RunFile,
+    threshold: float = 0.10,
+    window: TimeWindow | None = None,
+) -> pd.DataFrame:
+    """Stretches when free blocks (cached-but-free included) were under `threshold` of the
+    pool (in `window`, if given)."""
+    covered = timeline_span(run, window, 1)
+    return run.frame(
+        """
+        WITH marked AS (
+            -- One ordering for both windows: a stretch is the low steps after the same
+            -- number of steps that were not low.
+            SELECT ts_ns,
+                num_free < $threshold * (num_free + num_in_use) AS low,
+                lead(ts_ns) OVER by_seq AS next_ns,
+                sum(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 0 ELSE 1 END)
+                    OVER by_seq AS stretch
+            FROM pool
+            WHERE ts_ns >= $start AND ts_ns < $end
+            WINDOW by_seq AS (ORDER BY seq)
+        )
+        SELECT
+            (min(ts_ns) - $origin) / 1e9 AS start_s,
+            (max(coalesce(next_ns, ts_ns)) - $origin) / 1e9 AS end_s,
+            count(*) AS steps
+        FROM marked
+        WHERE low
+        GROUP BY stretch
+        ORDER BY start_s
+        """,
+        {
+            "origin": covered["origin"],
+            "start": covered["start"],
+            "end": covered["end"],
+            "threshold": threshold,
+        },
+    )
+
+
+_EVICTION_REGRET_SQL = """
+    WITH evicted AS (
+        SELECT seq, pos, ts_ns, block_id, block_hash, age_ns, num_hits
+        FROM events WHERE kind = 'evict'
+    ),
+    stored AS (
+        SELECT seq AS store_seq, ts_ns AS store_ns, block_hash
+        FROM events WHERE kind = 'store'
+    )
+    SELECT evicted.*, stored.store_ns - evicted.ts_ns AS restored_after_ns
+    FROM evicted ASOF LEFT JOIN stored
+        ON evicted.block_hash = stored.block_hash AND stored.store_seq > evicted.seq
+"""
+
+
+def eviction_regret(run: RunFile) -> pd.DataFrame:
+    """Every eviction, and how long after it the same block hash was stored again (NULL if
+    never): an evicted block that comes back was needed and recomputed."""
+    return run.frame(f"{_EVICTION_REGRET_SQL} ORDER BY seq, pos")
+
+
+def eviction_regret_summary(run: RunFile, within_s: float | None = None) -> RegretSummary:
+    """Evictions, how many came back (stored again; within `within_s` seconds if given),
+    and that share."""
+    row = run.row(
+        f"""
+        SELECT count(*),
+            count(*) FILTER (WHERE restored_after_ns IS NOT NULL
+                AND ($within_ns IS NULL OR restored_after_ns <= $within_ns))
+        FROM ({_EVICTION_REGRET_SQL})
+        """,
+        {"within_ns": None if within_s is None else round(within_s * 1e9)},
+    )
+    evictions, restored = (0, 0) if row is None else (int(row[0]), int(row[1]))
+    return {
+        "evictions": evictions,
+        "restored": restored,
+        "regret_ratio": restored / evictions if evictions else 0.0,
+    }
+
+
+def free_block_extremes(
+    run: RunFile,
+    threshold: float = 0.10,
+    window: TimeWindow | None = None,
+) -> FreeBlockExtremes:
+    """The fewest free blocks seen, the pool's usable size, and the share of steps spent
+    under `threshold` of the pool free (in `window`, if given)."""
+    covered = timeline_span(run, window, 1)
+    row = run.row(
+        """
+        SELECT min(num_free), max(num_free + num_in_use),
+            avg(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 1 ELSE 0 END)
+        FROM pool
+        WHERE ts_ns >= $start AND ts_ns < $end
+        """,
+        {"start": covered["start"], "end": covered["end"], "threshold": threshold},
+    )
+    if row is None or row[0] is None:
+        return {"min_free_blocks": 0, "usable_blocks": 0, "low_free_step_share": 0.0}
+    return {
+        "min_free_blocks": int(row[0]),
+        "usable_blocks": int(row[1]),
+        "low_free_step_share": float(row[2]),
+    }
+
+
+def eviction_times(run: RunFile, block_hashes: list[int]) -> pd.DataFrame:
+    """When blocks with the given hashes were evicted."""
+    return run.frame(
+        """
+        SELECT block_hash, ts_ns FROM events
+        WHERE kind = 'evict' AND list_contains($hashes, block_hash)
+        ORDER BY seq
+        """,
+        {"hashes": block_hashes},
+    )
