@@ -28,13 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.engine import collector_process
-from tests.vllm_server import (
-    TOKEN_RANGE,
-    VllmServer,
-    build_model,
-    engine_environment,
-)
+from tests.support.engine import collector_process
+from tests.support.vllm_server import TOKEN_RANGE, VllmServer, build_model, engine_environment
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

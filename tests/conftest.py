@@ -1,19 +1,13 @@
-"""Shared fixtures: the Mooncake trace from ../shared, a fixed pseudonym key, tiny helpers."""
+"""Shared fixtures: the Mooncake trace from ../shared, and capture switched on in this process
+as an operator would switch it on in an engine."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-MOONCAKE = Path(os.environ.get("KVSCOPE_SHARED", REPO.parent / "shared")) / (
-    "traces/mooncake/synthetic_trace.jsonl"
-)
-SAMPLE_TRACE = REPO / "sample_data" / "trace.jsonl.gz"
-SAMPLE_RUN = REPO / "sample_data" / "run.duckdb"
-SECRET = b"kvscope-tests"
+from tests.support.repo import MOONCAKE
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +15,17 @@ def mooncake_trace() -> Path:
     if not MOONCAKE.is_file():
         pytest.fail(f"the shared Mooncake trace is missing: {MOONCAKE}")
     return MOONCAKE
+
+
+@pytest.fixture
+def capture_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Switch capture on as an operator would, then load vLLM's general plugins."""
+    endpoint = f"ipc://{tmp_path}/kvscope.ipc"
+    monkeypatch.setenv("KVSCOPE_CAPTURE", "1")
+    monkeypatch.setenv("KVSCOPE_ENDPOINT", endpoint)
+    monkeypatch.setenv("KVSCOPE_SECRET", "engine-loop-test")
+    monkeypatch.setenv("KVSCOPE_FLUSH_TIMEOUT_S", "10")
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    return endpoint

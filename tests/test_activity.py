@@ -9,7 +9,7 @@ import pytest
 from collector.queries import activity
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.runs import shared_prefix_run
+from tests.support.runs import shared_prefix_run
 
 
 @pytest.fixture

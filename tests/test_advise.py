@@ -13,7 +13,7 @@ from collector.cli import main
 from collector.model.mrc import miss_ratio_curve
 from collector.queries.requests import run_block_stream
 from collector.store.run_file import RunFile
-from tests.conftest import SAMPLE_RUN
+from tests.support.repo import SAMPLE_RUN
 
 
 @pytest.fixture(scope="module")

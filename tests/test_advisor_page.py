@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from collector.advisor import RunContext, advise
 from collector.model.kv_memory import MODELS, gib_for_blocks
 from collector.store.run_file import RunFile
-from tests.conftest import REPO, SAMPLE_RUN
+from tests.support.repo import REPO, SAMPLE_RUN
 from visualizer.charts.advisor import chart_figure
 
 

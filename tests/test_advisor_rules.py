@@ -10,7 +10,7 @@ from collector.advisor import RULES, RunContext, Suggestion, advise
 from collector.advisor.suggestion import SEVERITIES
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks.events import Arrive
-from tests.helpers import tiny_run
+from tests.support.block_manager import tiny_run
 
 Rows = list[dict[str, Any]]
 

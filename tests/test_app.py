@@ -19,8 +19,9 @@ from collector.queries import activity, prefix_tree, roi
 from collector.queries.summary import run_summary
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.conftest import REPO, SAMPLE_RUN
-from tests.runs import shared_prefix_run
+from tests.support.app import go_to, start
+from tests.support.repo import SAMPLE_RUN
+from tests.support.runs import shared_prefix_run
 from visualizer.pages import PAGES as APP_PAGES
 
 # Every page but vLLM's KV events, whose charts need a run that has them
@@ -28,23 +29,6 @@ from visualizer.pages import PAGES as APP_PAGES
 PAGES = [page.path for page in APP_PAGES if page.file != "vllm_kv_events.py"]
 SECOND_SAMPLE_RUN = SAMPLE_RUN.with_name("run_block32.duckdb")
 DATA_FIELDS = ("x", "y", "z", "values", "ids")
-
-
-def start(run: Path = SAMPLE_RUN, **session: Any) -> AppTest:
-    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-    app.session_state["run_path"] = str(run)
-    for key, value in session.items():
-        app.session_state[key] = value
-    app.run()
-    assert not app.exception, app.exception
-    return app
-
-
-def go_to(app: AppTest, page: str) -> AppTest:
-    app.switch_page(page)
-    app.run()
-    assert not app.exception, app.exception
-    return app
 
 
 def chart_traces(app: AppTest) -> list[list[dict[str, Any]]]:
@@ -296,8 +280,8 @@ def test_pages_on_a_window_with_nothing_in_it(tmp_path: Path, page: str, message
 
 
 def test_collisions_page_says_when_the_check_was_off(tmp_path: Path) -> None:
-    from tests.helpers import tiny_run
-    from tests.runs import SHARED_PREFIX
+    from tests.support.block_manager import tiny_run
+    from tests.support.runs import SHARED_PREFIX
 
     app = go_to(start(tiny_run(tmp_path, SHARED_PREFIX, num_blocks=6)), "views/collisions.py")
     assert "recorded without the collision check, so no hit was checked" in said(app)

@@ -1,4 +1,4 @@
-"""Chart builders on the query results of a small real run (tests/runs.py): the data each
+"""Chart builders on the query results of a small real run (tests/support/runs.py): the data each
 figure draws, exactly."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collector.model import comparison, cost
 from collector.queries import activity, collisions, hotspots, prefix_tree, tenants
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.runs import hex_names, shared_prefix_run
-from tests.test_layering import loaded_modules
+from tests.support.modules import loaded_modules
+from tests.support.runs import hex_names, shared_prefix_run
 from visualizer.charts import collisions as collision_charts
 from visualizer.charts import comparison as comparison_charts
 from visualizer.charts import free_blocks as free_block_charts
@@ -153,11 +153,11 @@ def test_comparison_charts(points: pd.DataFrame) -> None:
     figure = comparison_charts.hit_ratio_comparison_figure({"a": points, "b": fewer})
     assert [trace.name for trace in figure.data] == ["a", "b"]
     assert list(figure.data[1].y) == pytest.approx([0.0, 4 / 12, 2 / 8, 0.0])
-    first = {name: 10 for name, _, _ in comparison.COMPARED_FIGURES}
+    first = {figure.name: 10 for figure in comparison.COMPARED_FIGURES}
     second = first | {"evictions": 5, "hit_tokens": 5}
     table = comparison.compare_figures(first, second)
     bars = comparison_charts.deltas_figure(table).data[0]
-    assert list(bars.y) == [label for _, label, _ in comparison.COMPARED_FIGURES]
+    assert list(bars.y) == [figure.label for figure in comparison.COMPARED_FIGURES]
     colours = dict(zip(bars.y, bars.marker.color, strict=True))
     assert colours["Evictions (blocks)"] == VERDICT_COLORS["better"]
     assert colours["Tokens saved"] == VERDICT_COLORS["worse"]

@@ -12,7 +12,7 @@ import yaml
 
 from collector.cli import main
 from collector.report.markdown import MARKER
-from tests.conftest import REPO
+from tests.support.repo import REPO
 
 WORKFLOW = REPO / "docs" / "ci" / "prefix-cache-regression.yml"
 

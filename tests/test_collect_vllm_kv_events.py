@@ -11,9 +11,9 @@ import pytest
 
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile
-from tests.conftest import SAMPLE_TRACE
-from tests.engine import collector_process
-from tests.vllm_kv_pipeline import (
+from tests.support.engine import collector_process
+from tests.support.repo import SAMPLE_TRACE
+from tests.support.vllm_kv_pipeline import (
     TOPIC,
     EventSource,
     socket_directory,
@@ -85,7 +85,7 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
     from collector.replay.block_manager import make_kv_cache_manager
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
-    from tests.engine import collector_process, wait_for
+    from tests.support.engine import collector_process, wait_for
 
     with (
         socket_directory() as directory,
@@ -136,7 +136,7 @@ def test_a_resumed_run_begun_by_kv_events_still_takes_the_engines_settings(
 
     from collector.live.receiver import Receiver
     from collector.store.run_file import RunConfig, RunStore
-    from tests.engine import replay_to_collector
+    from tests.support.engine import replay_to_collector
 
     run, endpoint = tmp_path / "run.duckdb", f"ipc://{tmp_path}/hooks"
     guesses = RunConfig(

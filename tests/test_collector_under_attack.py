@@ -14,7 +14,7 @@ import zmq
 from collector.store.run_file import RunFile
 from engine_hooks.events import Allocate, Arrive, Evict, Free, Hit, Pool, Store
 from engine_hooks.transport import MAX_FRAME_BYTES, BatchHeader, EngineSettings
-from tests.engine import collector_process, replay_to_collector
+from tests.support.engine import collector_process, replay_to_collector
 
 SETTINGS = EngineSettings(block_size=16, num_blocks=2_000, hash_algo="sha256", vllm_version="0")
 HASH = b"\x07" * 32

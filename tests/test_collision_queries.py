@@ -9,7 +9,7 @@ from collector.queries import collisions
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks.events import Arrive, Collision, Hit, Lookup, Store
-from tests.runs import shared_prefix_run
+from tests.support.runs import shared_prefix_run
 
 MS = 1_000_000
 HASH = bytes(24) + (0xABCDEF).to_bytes(8, "big")

@@ -14,7 +14,8 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from collector.replay.block_manager import CacheSettings, make_kv_cache_manager, make_request
 from collector.replay.replayer import ReplayOptions, replay
 from engine_hooks.events import Collision
-from tests.helpers import SECRET, make_hooks
+from tests.support.block_manager import make_hooks
+from tests.support.repo import SECRET
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

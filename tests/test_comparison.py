@@ -31,6 +31,7 @@ def test_compare_figures() -> None:
     assert hit_tokens | {"relative_delta": round(hit_tokens["relative_delta"], 9)} == {
         "figure": "hit_tokens",
         "label": "Tokens saved",
+        "unit": "count",
         "first": 100,
         "second": 120,
         "delta": 20,
@@ -41,7 +42,8 @@ def test_compare_figures() -> None:
     assert rows["stores"]["verdict"] == ""  # more stores is neither better nor worse
     assert rows["requests"]["verdict"] == "same"
     assert math.isnan(rows["collisions"]["relative_delta"])  # no relative change from zero
-    assert table["figure"].tolist() == [name for name, _, _ in comparison.COMPARED_FIGURES]
+    assert table["figure"].tolist() == [figure.name for figure in comparison.COMPARED_FIGURES]
+    assert rows["token_hit_ratio"]["unit"] == "ratio"
 
 
 def test_block_counts_only_compare_at_one_block_size() -> None:

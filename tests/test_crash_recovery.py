@@ -17,19 +17,18 @@ from streamlit.testing.v1 import AppTest
 
 from collector.queries.summary import run_summary
 from collector.store.run_file import RunStore, live_copy_path
-from tests.conftest import REPO
-from tests.engine import (
+from tests.support.engine import (
+    BLOCK_SIZE,
     collector_process,
     drive,
     make_scheduler,
     recorded_drops,
     stored_record_numbers,
+    workload,
 )
-from tests.test_engine_loop import BLOCK_SIZE, capture_environment, workload
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
-
-__all__ = ["capture_environment"]  # the fixture, used by name
 
 
 def kill_mid_run(run: Path, endpoint: str, scheduler: object, rows: list[dict[str, object]]) -> int:

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import REPO, SAMPLE_RUN
+from tests.support.repo import REPO, SAMPLE_RUN
 from tests.test_app import PAGES
 
 

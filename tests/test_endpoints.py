@@ -19,9 +19,9 @@ from engine_hooks import EventBuffer
 from engine_hooks.endpoint import EndpointError
 from engine_hooks.events import Pool
 from engine_hooks.transport import Transport
-from tests.conftest import REPO
-from tests.engine import collector_process, wait_for
-from tests.vllm_server import free_port
+from tests.support.engine import collector_process, wait_for
+from tests.support.repo import REPO
+from tests.support.vllm_server import free_port
 
 CONFIG = {"block_size": 16, "num_blocks": 100, "hash_algo": "sha256", "vllm_version": "0"}
 

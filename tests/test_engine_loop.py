@@ -6,39 +6,23 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from collector.queries.summary import run_summary
-from collector.replay.workload import WorkloadShape, generate
 from collector.store.run_file import RunFile, RunStore
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import Event, Lookup
-from tests.engine import collector_process, drive, make_scheduler, stored_record_numbers
+from tests.support.engine import (
+    BLOCK_SIZE,
+    collector_process,
+    drive,
+    make_scheduler,
+    stored_record_numbers,
+    workload,
+)
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
-
-BLOCK_SIZE = 16
-
-
-@pytest.fixture
-def capture_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Switch capture on as an operator would, then load vLLM's general plugins."""
-    endpoint = f"ipc://{tmp_path}/kvscope.ipc"
-    monkeypatch.setenv("KVSCOPE_CAPTURE", "1")
-    monkeypatch.setenv("KVSCOPE_ENDPOINT", endpoint)
-    monkeypatch.setenv("KVSCOPE_SECRET", "engine-loop-test")
-    monkeypatch.setenv("KVSCOPE_FLUSH_TIMEOUT_S", "10")
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
-    return endpoint
-
-
-def workload() -> list[dict[str, Any]]:
-    rows = generate(WorkloadShape(seed=11, num_chats=30, num_rag_requests=150, num_reports=40))
-    return rows[:300]
 
 
 def spy_on_lookups(buffer: EventBuffer, monkeypatch: pytest.MonkeyPatch) -> list[Lookup]:

@@ -13,7 +13,7 @@ from collector.replay.traces import read_trace
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import Event, EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Evict, Hit, Store
-from tests.conftest import SAMPLE_TRACE
+from tests.support.repo import SAMPLE_TRACE
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.live.exporter import KvscopeMetrics
 from collector.live.live_state import LiveState
-from tests.conftest import REPO
-from tests.test_exporter import HEADER, RECORDS
+from tests.support.live_records import HEADER, RECORDS
+from tests.support.repo import REPO
 
 
 def test_dashboard_charts_every_exported_metric_and_no_other() -> None:

@@ -12,7 +12,7 @@ from collector.replay.traces import read_trace
 from engine_hooks.events import Evict
 from engine_hooks.hooks import MANAGER_METHODS
 from engine_hooks.pool_hooks import POOL_METHODS
-from tests.helpers import make_hooks, make_manager
+from tests.support.block_manager import make_hooks, make_manager
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from collector.replay.block_manager import make_request
 from engine_hooks.events import Evict, Pool, Reset, Store
-from tests.helpers import cached_block_count, cached_free_count, make_hooks, make_manager
+from tests.support.block_manager import (
+    cached_block_count,
+    cached_free_count,
+    make_hooks,
+    make_manager,
+)
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

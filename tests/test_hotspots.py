@@ -1,4 +1,4 @@
-"""Hotspot queries on a small real run (tests/runs.py), with exact rows."""
+"""Hotspot queries on a small real run (tests/support/runs.py), with exact rows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from collector.queries import hotspots
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.runs import hex_names, shared_prefix_run
+from tests.support.runs import hex_names, shared_prefix_run
 
 
 @pytest.fixture

@@ -5,21 +5,12 @@ store (DuckDB) <- queries (SQL) <- advisor, report, views; model/ is pure code."
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-def loaded_modules(statement: str) -> set[str]:
-    code = f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    return {name.split(".")[0] for name in json.loads(result.stdout)}
+from tests.support.modules import loaded_modules
 
 
 @pytest.mark.parametrize("forbidden", ["duckdb", "streamlit", "plotly", "pandas", "pyarrow"])

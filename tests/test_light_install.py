@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO, SAMPLE_RUN, SAMPLE_TRACE
+from tests.support.repo import REPO, SAMPLE_RUN, SAMPLE_TRACE
 
 WITHOUT_VLLM = """
 import sys

@@ -9,8 +9,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.store.run_file import RunBeingWritten, RunStore, live_copy_path
-from tests.conftest import REPO
-from tests.engine import collector_process, replay_to_collector, wait_for
+from tests.support.engine import collector_process, replay_to_collector, wait_for
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

@@ -16,8 +16,8 @@ from collector.replay.simulator import Simulator, VirtualClock
 from collector.replay.traces import TraceRequest, read_trace
 from collector.replay.whatif import Source, SweepPoint, run_sweep
 from collector.store.run_file import RunFile
-from tests.conftest import SECRET
-from tests.helpers import tiny_run
+from tests.support.block_manager import tiny_run
+from tests.support.repo import SECRET
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

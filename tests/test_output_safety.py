@@ -14,8 +14,8 @@ import duckdb
 import pytest
 
 from collector.cli import main
-from tests.conftest import SAMPLE_TRACE
-from tests.test_app import go_to, start
+from tests.support.app import go_to, start
+from tests.support.repo import SAMPLE_TRACE
 
 pytestmark = pytest.mark.slow
 

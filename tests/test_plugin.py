@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

@@ -1,4 +1,4 @@
-"""Prefix-tree queries on a small real run (tests/runs.py), with exact rows; merging runs of
+"""Prefix-tree queries on a small real run (tests/support/runs.py), with exact rows; merging runs of
 blocks; token ids back to text with a tokenizer built on the spot (no download)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from collector.queries import prefix_tree
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.runs import hex_names, shared_prefix_run, stored_hashes
+from tests.support.runs import hex_names, shared_prefix_run, stored_hashes
 from visualizer import token_text
 
 

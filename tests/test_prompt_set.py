@@ -10,7 +10,7 @@ import pytest
 from collector.cli import main
 from collector.replay.prompt_set import render_prompt_set, tokenize
 from collector.replay.traces import MAX_TOKEN_ID, read_trace
-from tests.conftest import REPO
+from tests.support.repo import REPO
 
 EXAMPLE = REPO / "docs" / "ci" / "example"
 

@@ -27,9 +27,9 @@ from streamlit.testing.v1 import AppTest
 from collector.queries.summary import run_summary
 from collector.store.run_file import RunFile, RunStore, live_copy_path
 from engine_hooks.privacy import Pseudonymizer
-from tests.conftest import REPO, SECRET
-from tests.engine import collector_process, recorded_drops, stored_record_numbers
-from tests.vllm_server import (
+from tests.support.engine import collector_process, recorded_drops, stored_record_numbers
+from tests.support.repo import REPO, SECRET
+from tests.support.vllm_server import (
     CAPTURE_SUMMARY,
     NUM_BLOCKS,
     TOKEN_RANGE,

@@ -11,7 +11,7 @@ from collector.cli import main
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay
 from collector.store.run_file import RunFile
-from tests.conftest import SECRET
+from tests.support.repo import SECRET
 
 # ../shared/traces/mooncake/README.md: pure LRU over 512-token blocks, block-weighted.
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version

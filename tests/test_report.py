@@ -11,7 +11,7 @@ import pytest
 
 from collector.cli import main
 from collector.report.markdown import MARKER
-from tests.conftest import REPO, SAMPLE_TRACE
+from tests.support.repo import REPO, SAMPLE_TRACE
 
 # The sample trace's first 200 requests, replayed as the sample run is (sample_data/regenerate.sh).
 REPLAY = [

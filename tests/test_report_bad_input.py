@@ -13,7 +13,7 @@ import pytest
 
 from collector.cli import main
 from collector.store.schema import SCHEMA_VERSION
-from tests.conftest import REPO, SAMPLE_RUN
+from tests.support.repo import REPO, SAMPLE_RUN
 
 GOOD_ROW = {"timestamp": 0, "token_ids": list(range(1, 40)), "output_length": 2}
 BAD_THRESHOLDS = {

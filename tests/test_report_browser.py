@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from tests.browser import CHROMEDRIVER, CHROMIUM, chromium, screenshot_page
-from tests.conftest import SAMPLE_RUN, SAMPLE_TRACE
-from tests.test_screenshots import png_is_not_blank
+from tests.support.browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    chromium,
+    png_is_not_blank,
+    screenshot_page,
+)
+from tests.support.repo import SAMPLE_RUN, SAMPLE_TRACE
 
 CHARTS = 4
 # Each chart's traces, as plotly drew them: baseline and candidate in every chart.

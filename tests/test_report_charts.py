@@ -13,9 +13,9 @@ from collector.report.figures import read_run
 from collector.report.html import comparison_figures, render_html
 from collector.report.thresholds import Thresholds
 from collector.report.verdict import compare
-from tests.conftest import SAMPLE_RUN
-from tests.helpers import tiny_run
-from tests.test_layering import loaded_modules
+from tests.support.block_manager import tiny_run
+from tests.support.modules import loaded_modules
+from tests.support.repo import SAMPLE_RUN
 from visualizer.charts import comparison as charts
 
 BUCKETS = pd.DataFrame(

@@ -15,7 +15,7 @@ from collector.report.junit import render_junit
 from collector.report.markdown import render_markdown
 from collector.report.thresholds import Thresholds, load_thresholds
 from collector.report.verdict import compare
-from tests.conftest import REPO
+from tests.support.repo import REPO
 
 
 def run_figures(

@@ -11,7 +11,7 @@ from collector.model import cost
 from collector.queries import roi
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.runs import shared_prefix_run, stored_hashes
+from tests.support.runs import shared_prefix_run, stored_hashes
 
 MODEL = cost.CostModel()  # Llama-3.1-8B on an H100 SXM at 40 % MFU, $2.50/GPU-hour
 WIDTH = 32 * 128  # attention heads x head size

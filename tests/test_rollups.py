@@ -11,8 +11,8 @@ from collector.queries import activity
 from collector.queries.summary import run_summary
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.conftest import SAMPLE_RUN
-from tests.runs import shared_prefix_run, stored_hashes
+from tests.support.repo import SAMPLE_RUN
+from tests.support.runs import shared_prefix_run, stored_hashes
 
 MS = 1_000_000
 

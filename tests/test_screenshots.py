@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screenshot_page
-from tests.conftest import REPO, SAMPLE_RUN
+from tests.support.browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    app_server,
+    chromium,
+    png_is_not_blank,
+    screenshot_page,
+)
+from tests.support.repo import REPO, SAMPLE_RUN
 from visualizer.pages import PAGES
 
 # page file -> charts the page must draw on the sample run
@@ -27,14 +34,6 @@ MIN_CHARTS = {
     "compare.py": 2,
     "vllm_kv_events.py": 0,
 }
-
-
-def png_is_not_blank(path: Path) -> bool:
-    from PIL import Image
-
-    with Image.open(path) as image:
-        colors = image.convert("RGB").getcolors(maxcolors=1_000_000)
-    return colors is None or len(colors) > 50
 
 
 def need_chromium() -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.repo import REPO
 
 READ_KEY = "from engine_hooks.privacy import load_secret; print(load_secret().decode())"
 

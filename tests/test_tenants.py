@@ -11,9 +11,9 @@ from collector.queries import tenants
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from engine_hooks.privacy import Pseudonymizer
-from tests.conftest import SECRET
-from tests.helpers import tiny_run
-from tests.runs import shared_prefix_run
+from tests.support.block_manager import tiny_run
+from tests.support.repo import SECRET
+from tests.support.runs import shared_prefix_run
 
 
 def test_tenant_usage(tmp_path: Path) -> None:

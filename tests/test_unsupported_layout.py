@@ -8,7 +8,7 @@ from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
 
 from engine_hooks import UnsupportedCacheLayout
-from tests.helpers import make_hooks
+from tests.support.block_manager import make_hooks
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

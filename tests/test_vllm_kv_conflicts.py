@@ -15,23 +15,23 @@ from collector.live.vllm_kv.ingest import append_vllm_batches
 from collector.live.vllm_kv.wire import (
     AllBlocksCleared,
     BlockRemoved,
-    BlockStored,
-    KVEventBatch,
     ReceivedBatch,
-    WireEvent,
 )
 from collector.queries.summary import run_summary
 from collector.queries.vllm_kv import vllm_kv_summary
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile, RunStore
-from tests.conftest import SAMPLE_RUN, SAMPLE_TRACE
-from tests.helpers import cached_block_count
-from tests.vllm_kv_pipeline import (
+from tests.support.block_manager import cached_block_count
+from tests.support.repo import SAMPLE_RUN, SAMPLE_TRACE
+from tests.support.vllm_kv_pipeline import (
     EventSource,
+    H,
     checked_sockets,
     events_run,
     low64,
     receive,
+    received,
+    stored,
     subscriber_for,
     wait_until_sent,
     zmq_publisher,
@@ -39,38 +39,11 @@ from tests.vllm_kv_pipeline import (
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
-H = 0xDEADBEEF_00C0FFEE
-
 
 @pytest.fixture
 def sockets() -> Iterator[Path]:
     with checked_sockets() as directory:
         yield directory
-
-
-def received(seq: int, *events: WireEvent, dp_rank: int = 0, epoch: int = 0) -> ReceivedBatch:
-    batch = KVEventBatch(ts=10.0 + seq, events=list(events), data_parallel_rank=dp_rank)
-    return ReceivedBatch("ipc://test", epoch, seq, batch, replayed=False)
-
-
-def stored(
-    block_hash: int | bytes,
-    tokens: list[int],
-    *,
-    parent: int | None = None,
-    group_idx: int = 0,
-    medium: str = "GPU",
-    extra_keys: list[Any] | None = None,
-) -> BlockStored:
-    return BlockStored(
-        block_hashes=[block_hash],
-        parent_block_hash=parent,
-        token_ids=tokens,
-        block_size=len(tokens),
-        medium=medium,
-        group_idx=group_idx,
-        extra_keys=extra_keys,
-    )
 
 
 def removed(block_hash: int, medium: str = "GPU") -> BlockRemoved:

@@ -20,15 +20,23 @@ from collector.live.vllm_kv.subscriber import NOT_IN_BUFFER
 from collector.live.vllm_kv.wire import Gap
 from collector.queries.vllm_kv import vllm_kv_summary
 from collector.replay.block_manager import CacheSettings
-from tests.browser import CHROMEDRIVER, CHROMIUM, app_server, chromium, screenshot_page
-from tests.conftest import REPO, SAMPLE_RUN, SAMPLE_TRACE
-from tests.test_screenshots import png_is_not_blank
-from tests.test_vllm_kv_conflicts import H, received, stored
-from tests.vllm_kv_pipeline import (
+from tests.support.browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    app_server,
+    chromium,
+    png_is_not_blank,
+    screenshot_page,
+)
+from tests.support.repo import REPO, SAMPLE_RUN, SAMPLE_TRACE
+from tests.support.vllm_kv_pipeline import (
     EventSource,
+    H,
     checked_sockets,
     events_run,
     receive,
+    received,
+    stored,
     subscriber_for,
     wait_until_sent,
     zmq_publisher,

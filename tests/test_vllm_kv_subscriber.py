@@ -22,7 +22,7 @@ from collector.live.vllm_kv.subscriber import (
 from collector.live.vllm_kv.wire import ReceivedBatch
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile
-from tests.vllm_kv_pipeline import (
+from tests.support.vllm_kv_pipeline import (
     EventSource,
     checked_sockets,
     events_run,

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from collector.live.vllm_kv import wire as vllm_kv_wire
-from tests.test_layering import loaded_modules
+from tests.support.modules import loaded_modules
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from engine_hooks.versions import SUPPORTED_VLLM
-from tests.conftest import REPO
-from tests.vllm_server import vllm_python
+from tests.support.repo import REPO
+from tests.support.vllm_server import vllm_python
 
 pytestmark = pytest.mark.slow
 

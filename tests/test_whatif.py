@@ -16,8 +16,8 @@ from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions
 from collector.replay.whatif import Source, SweepPoint, read_results, run_sweep, write_results
 from collector.store.run_file import RunFile, RunStore
-from tests.conftest import SECRET
-from tests.helpers import tiny_run
+from tests.support.block_manager import tiny_run
+from tests.support.repo import SECRET
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 

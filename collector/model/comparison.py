@@ -4,23 +4,33 @@ and which run each delta favours; the settings that differ."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
-# figure name, label, whether more is better (None: neither)
-COMPARED_FIGURES: tuple[tuple[str, str, bool | None], ...] = (
-    ("token_hit_ratio", "Hit ratio (tokens)", True),
-    ("block_hit_ratio", "Hit ratio (blocks)", True),
-    ("hit_tokens", "Tokens saved", True),
-    ("requests", "Requests", None),
-    ("prompt_tokens", "Prompt tokens", None),
-    ("block_hits", "Block hits", True),
-    ("stores", "Blocks stored", None),
-    ("evictions", "Evictions (blocks)", False),
-    ("preemptions", "Preemptions", False),
-    ("collisions", "Collisions", False),
-    ("dropped_events", "Dropped events", False),
+
+class ComparedFigure(NamedTuple):
+    """A figure both runs have: its name in the figures, its label, whether more is better
+    (None: neither), and its unit ("ratio" or "count")."""
+
+    name: str
+    label: str
+    more_is_better: bool | None
+    unit: str = "count"
+
+
+COMPARED_FIGURES = (
+    ComparedFigure("token_hit_ratio", "Hit ratio (tokens)", True, "ratio"),
+    ComparedFigure("block_hit_ratio", "Hit ratio (blocks)", True, "ratio"),
+    ComparedFigure("hit_tokens", "Tokens saved", True),
+    ComparedFigure("requests", "Requests", None),
+    ComparedFigure("prompt_tokens", "Prompt tokens", None),
+    ComparedFigure("block_hits", "Block hits", True),
+    ComparedFigure("stores", "Blocks stored", None),
+    ComparedFigure("evictions", "Evictions (blocks)", False),
+    ComparedFigure("preemptions", "Preemptions", False),
+    ComparedFigure("collisions", "Collisions", False),
+    ComparedFigure("dropped_events", "Dropped events", False),
 )
 
 # Counted in blocks: a run with bigger blocks has fewer of them, so only runs with the same
@@ -45,11 +55,11 @@ COMPARED_SETTINGS = WORKLOAD_SETTINGS + RUN_SETTINGS
 def compare_figures(
     first: Mapping[str, Any], second: Mapping[str, Any], same_block_size: bool = True
 ) -> pd.DataFrame:
-    """Per figure: both values, second - first, the relative change, and the verdict for
+    """Per figure: its unit, both values, second - first, the relative change, and the verdict for
     the second run ("better", "worse", "same", or "" where neither direction is better, as
     for block counts of runs with different block sizes)."""
     rows = []
-    for name, label, more_is_better in COMPARED_FIGURES:
+    for name, label, more_is_better, unit in COMPARED_FIGURES:
         a, b = first[name], second[name]
         delta = b - a
         if delta == 0:
@@ -62,6 +72,7 @@ def compare_figures(
             {
                 "figure": name,
                 "label": label,
+                "unit": unit,
                 "first": a,
                 "second": b,
                 "delta": delta,

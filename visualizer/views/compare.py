@@ -105,15 +105,15 @@ def _metrics(table: pd.DataFrame, first_name: str, second_name: str) -> None:
     for column, row in zip(columns, rows, strict=True):
         column.metric(
             str(row["label"]),
-            _number(row["figure"], row["second"]),
-            _number(row["figure"], row["delta"], signed=True),
+            _number(row["unit"], row["second"]),
+            _number(row["unit"], row["delta"], signed=True),
             delta_color=_delta_color(row),
         )
 
 
-def _number(figure: object, value: Any, signed: bool = False) -> str:
+def _number(unit: object, value: Any, signed: bool = False) -> str:
     """A ratio as a percentage, a count as an integer with thousands separators."""
-    if str(figure).endswith("ratio"):
+    if unit == "ratio":
         return f"{value:+.1%}" if signed else f"{value:.1%}"
     return f"{int(value):+,}" if signed else f"{int(value):,}"
 
@@ -130,8 +130,8 @@ def _highlighted(table: pd.DataFrame) -> Any:
     """The figures as text, each row shaded by its verdict."""
 
     def column(values: str, signed: bool = False) -> list[str]:
-        pairs = zip(table["figure"], table[values], strict=True)
-        return [_number(figure, value, signed) for figure, value in pairs]
+        pairs = zip(table["unit"], table[values], strict=True)
+        return [_number(unit, value, signed) for unit, value in pairs]
 
     shown = pd.DataFrame(
         {

@@ -6,8 +6,7 @@ from typing import Any
 
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-
-SECRET = b"kvscope-tests"
+from tests.support.repo import SECRET
 
 
 def make_manager(block_size: int, num_blocks: int, kv_events: bool = False) -> Any:

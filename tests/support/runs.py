@@ -1,5 +1,5 @@
 """Small handcrafted runs for the query, chart and page tests, replayed through vLLM's real
-KV cache manager (tests/helpers.tiny_run), and how to name their blocks.
+KV cache manager (tests/support/block_manager.tiny_run), and how to name their blocks.
 
 SHARED_PREFIX (block size 4, six blocks: five usable; sequential timing, so each request's
 events carry its trace time):
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.store.run_file import RunFile
-from tests.helpers import tiny_run
+from tests.support.block_manager import tiny_run
 
 SHARED_PREFIX: list[dict[str, Any]] = [
     {"request_id": "a0", "timestamp": 0, "token_ids": list(range(1, 9)), "output_length": 0},

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
-from collector.live.vllm_kv.wire import ReceivedBatch
+from collector.live.vllm_kv.wire import BlockStored, KVEventBatch, ReceivedBatch, WireEvent
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.store.run_file import RunConfig, RunStore
 
@@ -223,3 +223,31 @@ def serve_until_received(
             return received
         index += 1
     raise AssertionError("no batch arrived live")
+
+
+H = 0xDEADBEEF_00C0FFEE
+
+
+def received(seq: int, *events: WireEvent, dp_rank: int = 0, epoch: int = 0) -> ReceivedBatch:
+    batch = KVEventBatch(ts=10.0 + seq, events=list(events), data_parallel_rank=dp_rank)
+    return ReceivedBatch("ipc://test", epoch, seq, batch, replayed=False)
+
+
+def stored(
+    block_hash: int | bytes,
+    tokens: list[int],
+    *,
+    parent: int | None = None,
+    group_idx: int = 0,
+    medium: str = "GPU",
+    extra_keys: list[Any] | None = None,
+) -> BlockStored:
+    return BlockStored(
+        block_hashes=[block_hash],
+        parent_block_hash=parent,
+        token_ids=tokens,
+        block_size=len(tokens),
+        medium=medium,
+        group_idx=group_idx,
+        extra_keys=extra_keys,
+    )

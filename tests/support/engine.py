@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from collector.replay.workload import WorkloadShape, generate
 from collector.store.run_file import RunFile
-from tests.conftest import REPO
+from tests.support.repo import REPO
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -227,7 +228,7 @@ def replay_to_collector(endpoint: str, num_requests: int, engine_id: str) -> tup
     from collector.replay.traces import read_trace
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
-    from tests.conftest import SAMPLE_TRACE
+    from tests.support.repo import SAMPLE_TRACE
 
     settings = CacheSettings(16, 2_000)
     manager = make_kv_cache_manager(settings)
@@ -241,3 +242,11 @@ def replay_to_collector(endpoint: str, num_requests: int, engine_id: str) -> tup
     simulator.run_sequential(read_trace(SAMPLE_TRACE)[:num_requests], lambda _: None)
     wait_for(lambda: transport.num_delivered == hooks.num_records)
     return hooks, transport
+
+
+BLOCK_SIZE = 16
+
+
+def workload() -> list[dict[str, Any]]:
+    rows = generate(WorkloadShape(seed=11, num_chats=30, num_rag_requests=150, num_reports=40))
+    return rows[:300]

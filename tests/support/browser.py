@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.support.ports import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -28,12 +29,6 @@ CHROMIUM_FLAGS = (
     "--disable-dev-shm-usage",
     "--window-size=1500,1300",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager
@@ -124,3 +119,11 @@ def screenshot_page(
         "exceptions": [element.text for element in exceptions],
         "title": driver.title,
     }
+
+
+def png_is_not_blank(path: Path) -> bool:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        colors = image.convert("RGB").getcolors(maxcolors=1_000_000)
+    return colors is None or len(colors) > 50

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -24,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.ports import free_port
+from tests.support.repo import REPO
 
 BLOCK_SIZE = 32  # CPU attention wants multiples of 32
 NUM_BLOCKS = 64
@@ -90,12 +90,6 @@ def build_lora_adapter(model: str, folder: Path, seed: int) -> Path:
     """A rank-8 LoRA adapter on q_proj and v_proj with random weights, shaped for `model`."""
     run_in_vllm_env(MAKE_LORA_ADAPTER, model, str(folder), str(seed))
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def engine_environment(**variables: str) -> dict[str, str]:

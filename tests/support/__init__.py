@@ -1,0 +1,1 @@
+"""What several test modules share: paths, tiny runs, engines, browsers, servers."""
