@@ -78,11 +78,6 @@ def page_calls(store: RunFile, window: TimeWindow, second: RunFile) -> dict[str,
     """Per page, the collector calls it makes (as in visualizer/views/, default settings)."""
     model = cost.CostModel()
     block_size = 16
-    hot = prefix_tree.tree_nodes(store, window, 1_000)
-    node = int(hot["block_hash"].iloc[len(hot) // 2], 16)
-    merged = prefix_tree.merge_unbranched(hot)
-    served = merged["hits"] * (merged["block_position"] + 1)
-    hottest = merged.assign(served=served).nlargest(5, "served")
     second_window = time_grid(second).window(window.start_s, window.end_s)
     return {
         "sidebar (every page)": {
@@ -98,16 +93,7 @@ def page_calls(store: RunFile, window: TimeWindow, second: RunFile) -> dict[str,
             "hit_count_frequencies": lambda: hotspots.hit_count_frequencies(store, window),
             "top_blocks": lambda: hotspots.top_blocks(store, window, 20),
         },
-        "prefix tree": {
-            "tree_nodes (1,000)": lambda: prefix_tree.tree_nodes(store, window, 1_000),
-            "merge_unbranched": lambda: prefix_tree.merge_unbranched(hot),
-            "node_summary": lambda: prefix_tree.node_summary(store, node, window),
-            "node_history": lambda: prefix_tree.node_history(store, node, window),
-            "has_token_ids": lambda: prefix_tree.has_token_ids(store),
-            "prefix_token_ids (5)": lambda: prefix_tree.prefix_token_ids(
-                store, [prefix_tree.chain_to(hot, block) for block in hottest["block_hash"]]
-            ),
-        },
+        "prefix tree": _prefix_tree_calls(store, window),
         "roi": {
             "window_figures": lambda: activity.window_figures(store, window),
             "held_block_seconds": lambda: roi.held_block_seconds(store, window),
@@ -150,6 +136,25 @@ def page_calls(store: RunFile, window: TimeWindow, second: RunFile) -> dict[str,
             ),
             "time_grid (second run)": lambda: time_grid(second),
         },
+    }
+
+
+def _prefix_tree_calls(store: RunFile, window: TimeWindow) -> dict[str, Call]:
+    """The prefix tree page's calls, on a node and the five prefixes it would show."""
+    hot = prefix_tree.tree_nodes(store, window, 1_000)
+    node = int(hot["block_hash"].iloc[len(hot) // 2], 16)
+    merged = prefix_tree.merge_unbranched(hot)
+    served = merged["hits"] * (merged["block_position"] + 1)
+    hottest = merged.assign(served=served).nlargest(5, "served")
+    return {
+        "tree_nodes (1,000)": lambda: prefix_tree.tree_nodes(store, window, 1_000),
+        "merge_unbranched": lambda: prefix_tree.merge_unbranched(hot),
+        "node_summary": lambda: prefix_tree.node_summary(store, node, window),
+        "node_history": lambda: prefix_tree.node_history(store, node, window),
+        "has_token_ids": lambda: prefix_tree.has_token_ids(store),
+        "prefix_token_ids (5)": lambda: prefix_tree.prefix_token_ids(
+            store, [prefix_tree.chain_to(hot, block) for block in hottest["block_hash"]]
+        ),
     }
 
 

@@ -110,6 +110,13 @@ def table_rows(run_file: RunFile, table: str) -> list[tuple[Any, ...]]:
     )
 
 
+def described(seq: int, parent: int | None, tokens: list[int]) -> tuple[Any, ...]:
+    """One side of a conflict row of the crafted test below: DP rank, epoch, batch number,
+    its time (ns; batch `seq` was sent at 100 + seq s), parent, tokens in the block, LoRA
+    and the token ids."""
+    return (0, 0, seq, (100 + seq) * 1_000_000_000, parent, 4, None, tokens)
+
+
 def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
     sockets: Path, tmp_path: Path
 ) -> None:
@@ -139,40 +146,10 @@ def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
         batches = receive(subscriber, 3)
         run = events_run(tmp_path / "run.duckdb", CacheSettings(4, 5))
         append_vllm_batches(run, batches, [], HashConflictDetector(record_token_ids=True))
-    first = (0, 0, 0, 100_000_000_000, None, 4, None)
+    first = described(0, None, [1, 2, 3, 4])
     assert table_rows(run, "vllm_kv_conflicts") == [
-        (
-            H,
-            None,
-            0,
-            ["tokens"],
-            *first,
-            [1, 2, 3, 4],
-            0,
-            0,
-            1,
-            101_000_000_000,
-            None,
-            4,
-            None,
-            [5, 6, 7, 8],
-        ),
-        (
-            H,
-            None,
-            0,
-            ["parent"],
-            *first,
-            [1, 2, 3, 4],
-            0,
-            0,
-            2,
-            102_000_000_000,
-            77,
-            4,
-            None,
-            [1, 2, 3, 4],
-        ),
+        (H, None, 0, ["tokens"], *first, *described(1, None, [5, 6, 7, 8])),
+        (H, None, 0, ["parent"], *first, *described(2, 77, [1, 2, 3, 4])),
     ]
     digests = run.rows("SELECT first_tokens_digest = second_tokens_digest FROM vllm_kv_conflicts")
     assert digests == [(False,), (True,)]
