@@ -136,7 +136,7 @@ def main() -> int:
             measures = {}
             for capture in (False, True):
                 folder = root / f"round{round_number}-{'on' if capture else 'off'}"
-                folder.mkdir()
+                folder.mkdir(mode=0o700)  # kvscope refuses a socket in a folder others can enter
                 measures[capture] = found = run_round(model, folder, capture, args)
                 print(
                     f"round {round_number + 1} capture {'on ' if capture else 'off'}: "
