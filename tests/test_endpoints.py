@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import EventBuffer
 from engine_hooks.endpoint import EndpointError
 from engine_hooks.events import Pool
 from engine_hooks.transport import Transport
 from tests.support.engine import collector_process, wait_for
+from tests.support.ports import free_port
 from tests.support.repo import REPO
-from tests.support.vllm_server import free_port
 
 CONFIG = {"block_size": 16, "num_blocks": 100, "hash_algo": "sha256", "vllm_version": "0"}
 
@@ -102,7 +103,17 @@ def test_a_second_collector_or_a_taken_metrics_port_is_a_clear_error(tmp_path: P
             str(port),
         )
         assert f"--metrics-port {port}" in metrics
-    assert list(tmp_path.glob("*.duckdb")) == []  # none got a batch, none wrote a file
+        assert list(tmp_path.glob("*.duckdb")) == []  # none got a batch, none wrote a file
+        # A crashed run named again with the taken port stays as it was: resumable.
+        crashed = tmp_path / "crashed.duckdb"
+        RunStore.create(crashed, RunConfig("engine", 16, 100, "sha256", "0.33.0")).close()
+        metrics = refused(
+            "--db", str(crashed), "--endpoint", f"ipc://{tmp_path}/other.ipc",
+            "--metrics-port", str(port),
+        )  # fmt: skip
+        assert f"--metrics-port {port}" in metrics
+        with RunFile.open(crashed) as run:
+            assert not run.finished
 
 
 def test_other_machines_need_allow_remote_and_a_token(tmp_path: Path) -> None:

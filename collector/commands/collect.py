@@ -68,6 +68,11 @@ def _run_collect(args: argparse.Namespace) -> int:
     from engine_hooks.endpoint import EndpointError, engine_token
 
     state = LiveState()
+    if args.metrics_port is not None:  # before the run is opened: a taken port changes no run
+        try:
+            serve_metrics(state, args.metrics_port)
+        except OSError as error:
+            raise EndpointError(f"--metrics-port {args.metrics_port}: {error}") from None
     sources: tuple[VllmKvEventSubscriber, ...] = ()
     if args.vllm_kv_events:
         sources = (
@@ -90,12 +95,6 @@ def _run_collect(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         token=engine_token(),
     )
-    if args.metrics_port is not None:
-        try:
-            serve_metrics(state, args.metrics_port)
-        except OSError as error:
-            receiver.close()
-            raise EndpointError(f"--metrics-port {args.metrics_port}: {error}") from None
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stop.set())
