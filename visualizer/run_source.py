@@ -44,16 +44,16 @@ def _version(path: Path) -> int:
 
 
 def open_run(path: Path) -> RunFile:
-    """A run file open for reading, or its live copy while it is being written (opened once
-    per version of either; each page run reads through a cursor of its own)."""
-    versions = (_version(path), _version(live_copy_path(path)))
-    return _opened(str(path), versions)[0].cursor()
+    """A run file open for reading, or its live copy while it is being written."""
+    return _open(path)[0]
 
 
-def reading_live_copy(path: Path) -> bool:
-    """Whether `open_run(path)` reads the live copy of a run being written."""
+def _open(path: Path) -> tuple[RunFile, bool]:
+    """The run (opened once per version of the file and of its live copy, read through a
+    cursor of this page run's own), and whether it is the live copy."""
     versions = (_version(path), _version(live_copy_path(path)))
-    return _opened(str(path), versions)[1]
+    run, live = _opened(str(path), versions)
+    return run.cursor(), live
 
 
 def runs_in_folder(folder: Path) -> list[Path]:
@@ -67,11 +67,11 @@ def open_current_run() -> RunFile:
     """The chosen run, open for reading; if it cannot be opened, says why and stops the page."""
     path = current_run()
     try:
-        run = open_run(path)
+        run, live = _open(path)
     except (StoreError, OSError) as error:
         st.error(f"Cannot show this run. {error}")
         st.stop()
-    if not reading_live_copy(path) and not run.finished:
+    if not live and not run.finished:
         st.warning(
             f"{path.name} was not finished: its collector stopped without finalizing it "
             "(killed?), so the figures built at the end (requests, rollups) may be missing "
