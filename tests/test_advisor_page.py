@@ -12,18 +12,13 @@ from streamlit.testing.v1 import AppTest
 from collector.advisor import RunContext, advise
 from collector.model.kv_memory import MODELS, gib_for_blocks
 from collector.store.run_file import RunFile
-from tests.support.repo import REPO, SAMPLE_RUN
+from tests.support.app import go_to, start
+from tests.support.repo import SAMPLE_RUN
 from visualizer.charts.advisor import chart_figure
 
 
 def advisor_page() -> AppTest:
-    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=120)
-    app.session_state["run_path"] = str(SAMPLE_RUN)
-    app.run()
-    app.switch_page("views/advisor.py")
-    app.run()
-    assert not app.exception, app.exception
-    return app
+    return go_to(start(SAMPLE_RUN, timeout_s=120), "views/advisor.py")
 
 
 def test_page_shows_the_advise_suggestions_in_rank_order() -> None:

@@ -19,7 +19,7 @@ from collector.queries import activity, prefix_tree, roi
 from collector.queries.summary import run_summary
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.support.app import go_to, start
+from tests.support.app import go_to, metrics, start
 from tests.support.repo import SAMPLE_RUN
 from tests.support.runs import shared_prefix_run
 from visualizer.pages import PAGES as APP_PAGES
@@ -53,10 +53,6 @@ def values(trace: dict[str, Any], field: str) -> list[Any]:
     if isinstance(data, dict):
         return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
     return list(data or [])
-
-
-def metrics(app: AppTest) -> dict[str, str]:
-    return {metric.label: metric.value for metric in app.metric}
 
 
 def captions(app: AppTest) -> str:

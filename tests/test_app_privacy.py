@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.repo import REPO, SAMPLE_RUN
-from tests.support.vllm_server import free_port
 
 APP = REPO / "visualizer" / "app.py"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from collector.replay.block_manager import CacheSettings
-from collector.store.run_file import RunFile
+from collector.store.run_file import RunFile, live_copy_path
 from tests.support.engine import collector_process
 from tests.support.repo import SAMPLE_TRACE
 from tests.support.vllm_kv_pipeline import (
@@ -85,22 +85,23 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
     from collector.replay.block_manager import make_kv_cache_manager
     from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
     from engine_hooks.transport import Transport
-    from tests.support.engine import collector_process, wait_for
+    from tests.support.engine import wait_for
 
-    with (
-        socket_directory() as directory,
-        zmq_publisher(directory) as publisher,
-        collector_process(
-            directory / "run.duckdb",
-            f"ipc://{directory}/hooks",
-            *("--live-interval", "0.2", "--vllm-kv-topic", TOPIC),
-            *("--vllm-kv-events", f"ipc://{directory}/events"),
-        ) as process,
-    ):
+    with ExitStack() as stack:
+        directory = stack.enter_context(socket_directory())
+        publisher = stack.enter_context(zmq_publisher(directory))
         run, hooks_endpoint = directory / "run.duckdb", f"ipc://{directory}/hooks"
+        process = stack.enter_context(
+            collector_process(
+                run,
+                hooks_endpoint,
+                *("--live-interval", "0.2", "--vllm-kv-topic", TOPIC),
+                *("--vllm-kv-events", f"ipc://{directory}/events"),
+            )
+        )
         EventSource(publisher, CacheSettings(16, 1_200)).replay(SAMPLE_TRACE, limit=5)
         wait_until_sent(publisher)
-        wait_for((directory / "run.duckdb.live").is_file)  # stored: the run exists
+        wait_for(live_copy_path(run).is_file)  # stored: the run exists
 
         settings = CacheSettings(32, 640)
         buffer = EventBuffer()

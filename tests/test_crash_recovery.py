@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 from collector.queries.summary import run_summary
 from collector.store.run_file import RunStore, live_copy_path
+from tests.support.app import start
 from tests.support.engine import (
     BLOCK_SIZE,
     collector_process,
@@ -90,10 +90,7 @@ def test_kvscope_finish_finishes_a_killed_run_and_the_app_warns_until_then(
     assert live_copy_path(run).exists(), "the killed collector left its live copy"
 
     def overview_warnings() -> str:
-        app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-        app.session_state["run_path"] = str(run)
-        app.run()
-        assert not app.exception, app.exception
+        app = start(run)
         st.cache_resource.clear()  # the app's read run_file, so that `finish` may write
         gc.collect()
         return " ".join(warning.value for warning in app.warning)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from tests.support.app import start
 from tests.support.repo import REPO, SAMPLE_RUN
-from tests.test_app import PAGES
+from visualizer.pages import PAGES
 
 
 def sqlite_file(path: Path) -> None:
@@ -94,10 +94,8 @@ def test_every_command_names_the_file_and_the_damage(
 
 def test_every_page_says_it_cannot_show_the_run(damaged: tuple[Path, str]) -> None:
     path, reason = damaged
-    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-    app.session_state["run_path"] = str(path)
-    app.run()
-    for page in [*PAGES, "views/vllm_kv_events.py"]:
+    app = start(path)
+    for page in [page.path for page in PAGES]:
         app.switch_page(page)
         app.run()
         assert not app.exception, (page, app.exception)

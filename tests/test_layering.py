@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.modules import loaded_modules
+from tests.support.repo import REPO
 
 
 @pytest.mark.parametrize("forbidden", ["duckdb", "streamlit", "plotly", "pandas", "pyarrow"])
@@ -27,7 +28,7 @@ def test_collector_does_not_load_streamlit() -> None:
     assert "plotly" not in modules
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def imported_modules(path: Path) -> set[str]:

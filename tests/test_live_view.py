@@ -6,11 +6,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from collector.store.run_file import RunBeingWritten, RunStore, live_copy_path
+from tests.support.app import metrics, start
 from tests.support.engine import collector_process, replay_to_collector, wait_for
-from tests.support.repo import REPO
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -24,12 +23,8 @@ def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> N
 
         with pytest.raises(RunBeingWritten, match="another process is writing this run"):
             RunStore.open(run)
-        app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-        app.session_state["run_path"] = str(run)
-        app.run()
-        assert not app.exception, app.exception
-        metrics = {metric.label: metric.value for metric in app.metric}
-        assert metrics["Requests"] == "120"
+        app = start(run)
+        assert metrics(app)["Requests"] == "120"
         assert any("live: following live.duckdb" in caption.value for caption in app.caption)
 
         transport.stop()

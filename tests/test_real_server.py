@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from collector.queries.summary import run_summary
 from collector.store.run_file import RunFile, RunStore, live_copy_path
 from engine_hooks.privacy import Pseudonymizer
+from tests.support.app import metrics, start
 from tests.support.engine import collector_process, recorded_drops, stored_record_numbers
-from tests.support.repo import REPO, SECRET
+from tests.support.ports import free_port
+from tests.support.repo import SECRET
 from tests.support.vllm_server import (
     CAPTURE_SUMMARY,
     NUM_BLOCKS,
@@ -38,7 +39,6 @@ from tests.support.vllm_server import (
     build_lora_adapter,
     build_model,
     engine_environment,
-    free_port,
     vllm_python,
 )
 
@@ -110,11 +110,7 @@ def open_live_view(run: Path, expected_requests: int) -> str:
     while live_copy_requests(run) < expected_requests:
         assert time.monotonic() < deadline, f"the live copy lags: {live_copy_requests(run)}"
         time.sleep(0.5)
-    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-    app.session_state["run_path"] = str(run)
-    app.run()
-    assert not app.exception, app.exception
-    return str({metric.label: metric.value for metric in app.metric}["Requests"])
+    return metrics(start(run))["Requests"]
 
 
 @pytest.fixture(scope="module")

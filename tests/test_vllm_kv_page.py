@@ -20,6 +20,7 @@ from collector.live.vllm_kv.subscriber import NOT_IN_BUFFER
 from collector.live.vllm_kv.wire import Gap
 from collector.queries.vllm_kv import vllm_kv_summary
 from collector.replay.block_manager import CacheSettings
+from tests.support.app import go_to, metrics, start
 from tests.support.browser import (
     CHROMEDRIVER,
     CHROMIUM,
@@ -83,12 +84,7 @@ def troubled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def open_page(run: Path) -> AppTest:
-    app = AppTest.from_file(str(REPO / "visualizer" / "app.py"), default_timeout=60)
-    app.session_state["run_path"] = str(run)
-    app.run()
-    app.switch_page(PAGE)
-    app.run()
-    assert not app.exception, app.exception
+    app = go_to(start(run), PAGE)
     assert [title.value for title in app.title] == ["vLLM's KV events"]
     limits = " ".join(block.value for block in app.markdown)
     assert "kv_cache_report_mode" in limits
@@ -102,10 +98,6 @@ def plotted(values: list[float] | dict[str, str]) -> list[float]:
         return values
     raw = base64.b64decode(values["bdata"])
     return [float(value) for value in np.frombuffer(raw, dtype=values["dtype"])]
-
-
-def metrics(app: AppTest) -> dict[str, str]:
-    return {metric.label: metric.value for metric in app.metric}
 
 
 def test_the_sample_run_says_it_has_none_and_how_to_collect_them() -> None:
