@@ -3,7 +3,8 @@
 Every record is a msgspec Struct in one tagged union (`Event`), encoded as a msgpack
 array whose first element is the tag. Common fields come first (`seq`, `ts_ns`,
 `request_id`), then the event's own fields, then the optional context fields
-(`tenant`, `lora`, `engine_id`, `dp_rank`).
+(`tenant`, `lora`, `engine_id`, `dp_rank`). The hooks leave `engine_id` and `dp_rank` at
+their defaults; the collector names them from each batch's header.
 
 Block records (hit, allocate, store, evict, free) describe one operation on one request and
 carry one entry per block in parallel lists, as vLLM's own `BlockStored` does: the hooks add

@@ -55,8 +55,6 @@ class KVCacheHooks(PoolHooks):
         *,
         pseudonymizer: Pseudonymizer,
         clock: Clock = time.monotonic_ns,
-        engine_id: str = "",
-        dp_rank: int = 0,
         record_token_ids: bool = False,
         check_collisions: bool = False,
     ) -> None:
@@ -66,8 +64,6 @@ class KVCacheHooks(PoolHooks):
             buffer,
             clock=clock,
             block_size=manager.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size,
-            engine_id=engine_id,
-            dp_rank=dp_rank,
             record_token_ids=record_token_ids,
             check_collisions=check_collisions,
         )
@@ -121,8 +117,6 @@ class KVCacheHooks(PoolHooks):
             token_ids,
             tenant=self._pseudonymizer.tenant(tenant),
             lora=lora,
-            engine_id=self.engine_id,
-            dp_rank=self.dp_rank,
         )
         self._emit([record])
 
@@ -199,8 +193,6 @@ class KVCacheHooks(PoolHooks):
                 num_hits // self.block_size,
                 request.num_preemptions > 0,
                 lora=lora,
-                engine_id=self.engine_id,
-                dp_rank=self.dp_rank,
             )
             self._emit([record])
 

@@ -126,8 +126,6 @@ class Capture:
             self.buffer,
             pseudonymizer=self.pseudonymizer,
             clock=time.monotonic_ns,
-            engine_id=config.engine_id,
-            dp_rank=dp_rank,
             record_token_ids=config.record_token_ids,
             check_collisions=config.check_collisions,
         )

@@ -47,8 +47,6 @@ class PoolHooks:
         *,
         clock: Clock,
         block_size: int,
-        engine_id: str,
-        dp_rank: int,
         record_token_ids: bool,
         check_collisions: bool,
     ) -> None:
@@ -56,8 +54,6 @@ class PoolHooks:
         self._buffer = buffer
         self._clock = clock
         self.block_size = block_size
-        self.engine_id = engine_id
-        self.dp_rank = dp_rank
         self.record_token_ids = record_token_ids
         self._shadow = CacheShadow()
         self._fingerprints = BlockFingerprints(block_size) if check_collisions else None

@@ -153,7 +153,7 @@ class Transport:
                 break
             if self._socket.poll(50):
                 self._receive_acks()
-        self.num_dropped += sum(count for _, count in self._in_flight)
+        self.num_dropped += self.num_in_flight
         self._in_flight.clear()
         self._socket.disable_monitor()
         self._monitor.close(linger=0)

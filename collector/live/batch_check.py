@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from engine_hooks.events import Event, Evict, Free, Hit, Store
+from engine_hooks.events import Event, Evict, Free, Hit, Store, decoder
 from engine_hooks.transport import BatchHeader
 
 FRAMES_PER_MESSAGE = 3  # the engine's identity (added by ZMQ), the header, the records
@@ -47,7 +47,7 @@ class BatchDecoder:
 
     def __init__(self) -> None:
         self._header = msgspec.msgpack.Decoder(BatchHeader)
-        self._records = msgspec.msgpack.Decoder(list[Event])
+        self._records = decoder()
 
     def decode(self, frames: list[bytes]) -> tuple[bytes, BatchHeader, list[Event]]:
         if len(frames) != FRAMES_PER_MESSAGE:

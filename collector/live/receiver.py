@@ -41,7 +41,6 @@ BatchObserver = Callable[[BatchHeader, list[Event]], None]
 @dataclass
 class _EngineStream:
     next_seq: int = 0
-    last_batch: int = -1
 
 
 @dataclass
@@ -165,14 +164,8 @@ class Receiver:
             # (no pool size, no hash algorithm); an engine's header knows them.
             self.store.update_config(_run_config(header))
         self._settings_from_engine = True
-        # The hooks name their engine on request records only (less to encode in the
-        # engine); the batch's header names it for every record.
-        for record in records:
-            record.engine_id = header.engine_id
-            record.dp_rank = header.dp_rank
         stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
-        stream.last_batch = header.batch_seq
-        drops = _gaps(stream, records, header)
+        drops = _named_with_gaps(stream, records, header)
         self.stats.missing_records += sum(drop.num_lost for drop in drops)
         self.stats.batches += 1
         self.stats.records += len(records)
@@ -203,11 +196,17 @@ class Receiver:
         live_copy_path(self.run_path).unlink(missing_ok=True)
 
 
-def _gaps(stream: _EngineStream, records: list[Event], header: BatchHeader) -> list[Drop]:
-    """Drop records for every jump in `seq`, updating the stream's next expected number."""
+def _named_with_gaps(
+    stream: _EngineStream, records: list[Event], header: BatchHeader
+) -> list[Drop]:
+    """Name each record's engine from the batch's header (the hooks leave it out: less to
+    encode in the engine), and return Drop records for every jump in `seq`, updating the
+    stream's next expected number."""
     drops: list[Drop] = []
     expected = stream.next_seq
     for record in records:
+        record.engine_id = header.engine_id
+        record.dp_rank = header.dp_rank
         if record.seq > expected:
             drops.append(
                 Drop(
