@@ -18,12 +18,12 @@ import msgspec
 import zmq
 
 from collector.live.vllm_kv.wire import Gap, ReceivedBatch, decode_batch
+from engine_hooks.events import INT64_MAX
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 RECEIVE_HIGH_WATER_MARK = 100_000  # vLLM's PUB side keeps as many; the default 1,000 drops
 MAX_MESSAGE_BYTES = 256 << 20  # ZMQ cuts off a larger frame before anything is decoded
 SEQ_BYTES = 8
-MAX_SEQ = 2**63 - 1
 
 NO_REPLAY_ENDPOINT = "no replay endpoint was given"
 NOT_IN_BUFFER = "no longer in vLLM's replay buffer"
@@ -129,12 +129,12 @@ class VllmKvEventSubscriber:
     # -- live messages --------------------------------------------------------------
 
     def _on_live_message(self, frames: list[bytes]) -> list[ReceivedBatch]:
-        if len(frames) != 3 or frames[0] != self._topic or len(frames[1]) != SEQ_BYTES:
+        if len(frames) != 3 or frames[0] != self._topic:
             return []  # another topic sharing our prefix, or not vLLM's message shape
         _, seq_bytes, payload = frames
-        seq = int.from_bytes(seq_bytes, "big")
-        if seq > MAX_SEQ:
-            return []  # not a number vLLM's publisher reaches (or a run file can hold)
+        seq = _sequence_number(seq_bytes)
+        if seq is None:
+            return []
         if self._last_live_seq is not None and seq <= self._last_live_seq:
             # One PUB socket's numbers only rise: the engine restarted and counts from 0.
             self.epoch += 1
@@ -221,8 +221,8 @@ class VllmKvEventSubscriber:
                 _, topic, seq_bytes, payload = frames
                 if seq_bytes == END_SEQ:
                     return replies, True
-                seq = int.from_bytes(seq_bytes, "big")
-                if topic == self._topic and len(seq_bytes) == SEQ_BYTES and seq <= MAX_SEQ:
+                seq = _sequence_number(seq_bytes)
+                if topic == self._topic and seq is not None:
                     replies.append((seq, payload))
         finally:
             dealer.close(linger=0)
@@ -231,3 +231,12 @@ class VllmKvEventSubscriber:
         self._gaps.append(
             Gap(self.endpoint, self.epoch, dp_rank, first_seq, last_seq, reason, time.time_ns())
         )
+
+
+def _sequence_number(seq_bytes: bytes) -> int | None:
+    """A batch's number from its frame, or None when it is not vLLM's 8 bytes or is past
+    what vLLM's publisher reaches (and a run file's BIGINT holds)."""
+    if len(seq_bytes) != SEQ_BYTES:
+        return None
+    seq = int.from_bytes(seq_bytes, "big")
+    return seq if seq <= INT64_MAX else None
