@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Suggestion
-from collector.queries.collisions import num_collisions
 from collector.queries.tenants import num_tenants
 
 NON_CRYPTOGRAPHIC = ("xxhash", "xxhash_cbor")
@@ -30,7 +29,7 @@ def hash_algorithm(context: RunContext) -> list[Suggestion]:
             evidence=[
                 f"the run hashes blocks with {algorithm}, a fast non-cryptographic hash",
                 f"{tenants} tenants share one cache; kvscope's independent fingerprints saw "
-                f"{num_collisions(context.run)} collisions in this run (a crafted one "
+                f"{context.summary['collisions']} collisions in this run (a crafted one "
                 "would not show up until it is used)",
             ],
             effect=(

@@ -1,6 +1,6 @@
 """Pool pressure: free blocks under 10 % for long stretches, and evictions that were regretted.
 
-Both read the shared queries (`collector/queries/run.py`); the cure for both is a larger pool
+Both read the pool queries (`collector/queries/pool.py`); the cure for both is a larger pool
 (the size the cache-size analysis recommends), or fewer requests running at once.
 """
 

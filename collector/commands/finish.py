@@ -19,7 +19,7 @@ def register(commands: Any) -> None:
 
 def _run_finish(args: argparse.Namespace) -> int:
     from collector.queries.summary import run_summary
-    from collector.store.run_file import RunStore, live_copy_path
+    from collector.store.run_file import RunStore
 
     store = RunStore.resume(args.run)
     try:
@@ -27,7 +27,6 @@ def _run_finish(args: argparse.Namespace) -> int:
         summary = run_summary(store)
     finally:
         store.close()
-    live_copy_path(args.run).unlink(missing_ok=True)
     print(
         f"kvscope finish: {args.run} finished: {summary['requests']:,} requests, "
         f"{summary['events']:,} records stored, {summary['dropped_events']:,} missing"

@@ -193,7 +193,6 @@ class Receiver:
         self.store.finalize()
         self.store.close()
         self.store = None
-        live_copy_path(self.run_path).unlink(missing_ok=True)
 
 
 def _named_with_gaps(

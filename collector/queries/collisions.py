@@ -65,8 +65,3 @@ def collision_check(run: RunFile, window: TimeWindow) -> CollisionCheck:
         "hits_checked": int(row[1]) if checked else 0,
         "hash_algo": row[2],
     }
-
-
-def num_collisions(run: RunFile) -> int:
-    row = run.row("SELECT count(*) FROM collisions")
-    return 0 if row is None else int(row[0])

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from collector.model.block_stream import RequestBlocks, num_kv_tokens
+from collector.queries.config import run_config
 from collector.replay.simulator import OUTPUT_TOKEN_BASE
 from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile, StoreError
@@ -64,7 +65,7 @@ def requests_from_run(run: RunFile, path: Path) -> list[TraceRequest]:
             f"{path}: the run holds no prompt token ids (it was recorded without "
             "--record-token-ids), so its requests cannot be replayed; replay its trace instead"
         )
-    block_size = int(run.row("SELECT block_size FROM runs")[0])  # type: ignore[index]
+    block_size = run_config(run)["block_size"]
     rows = run.rows(_REQUESTS_SQL)
     first_ns = min(row[1] for row in rows)
     requests = []
@@ -139,10 +140,7 @@ def run_block_stream(run: RunFile) -> tuple[int, list[RequestBlocks]]:
     Requests come in arrival order. A request's keys stop at the first block position the
     run never hit nor stored (none is missing in a complete run).
     """
-    row = run.row("SELECT block_size FROM runs")
-    if row is None:
-        raise LookupError("the run file has no runs row")
-    block_size = int(row[0])
+    block_size = run_config(run)["block_size"]
     stream = []
     for num_prompt, num_output, positions, hashes in run.rows(_RUN_STREAM_SQL):
         keys: list[Hashable] = []

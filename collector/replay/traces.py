@@ -245,12 +245,8 @@ class _Fields:
             self.fail(f"'{name}' must be a non-empty string, got {_shown(value)}")
         if len(value) > MAX_LABEL_LENGTH:
             self.fail(f"'{name}' is {len(value)} characters, more than {MAX_LABEL_LENGTH}")
-        if not value.isprintable():
+        if not value.isprintable():  # lone surrogates too: they are not printable either
             self.fail(f"'{name}' holds a control or unprintable character: {_shown(value)}")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            self.fail(f"'{name}' is not valid Unicode (a lone surrogate): {_shown(value)}")
         return value
 
 

@@ -173,30 +173,28 @@ class RunStore(RunFile):
     @property
     def source(self) -> str:
         """Where the run's settings came from: "engine", "replay", "vllm-kv-events"."""
-        row = self._connection.execute("SELECT source FROM runs").fetchone()
+        row = self.row("SELECT source FROM runs")
         return str(row[0]) if row else ""
 
     def stream_positions(self) -> dict[tuple[str, int], int]:
         """Per engine and DP rank: the record number after the last one stored."""
-        rows = self._connection.execute(
+        rows = self.rows(
             "SELECT engine_id, dp_rank, max(seq) + 1 FROM ("
             " SELECT engine_id, dp_rank, seq FROM events"
             " UNION ALL SELECT engine_id, dp_rank, seq FROM pool"
             " UNION ALL SELECT engine_id, dp_rank, seq FROM collisions)"
             " WHERE engine_id IS NOT NULL GROUP BY ALL"
-        ).fetchall()
+        )
         return {(str(engine), int(rank or 0)): int(next_seq) for engine, rank, next_seq in rows}
 
     def next_vllm_kv_batch(self) -> int:
         """The number of the vLLM KV event batch after the last one stored."""
-        row = self._connection.execute(
-            "SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches"
-        ).fetchone()
+        row = self.row("SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches")
         return int(row[0]) if row else 0
 
     def update_config(self, config: RunConfig) -> None:
         """Replace the run's settings, keeping its id and start (and the options it had)."""
-        row = self._connection.execute("SELECT options FROM runs").fetchone()
+        row = self.row("SELECT options FROM runs")
         options = {**json.loads(row[0] or "{}"), **config.options} if row else config.options
         self._connection.execute(
             "UPDATE runs SET source = ?, block_size = ?, num_blocks = ?, hash_algo = ?, "
@@ -266,7 +264,8 @@ class RunStore(RunFile):
         os.replace(temporary, destination)
 
     def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
-        """Flush, rebuild the derived tables, and stamp the run as finished."""
+        """Flush, rebuild the derived tables, stamp the run as finished, and remove the live
+        copy a collector published of it (readers now read the run itself)."""
         self.refresh_derived()
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
         self._connection.execute(
@@ -274,6 +273,7 @@ class RunStore(RunFile):
             "vllm_prefix_cache_hits = ?",
             [datetime.now(UTC).replace(tzinfo=None), queries, hits],
         )
+        live_copy_path(self.path).unlink(missing_ok=True)
 
 
 def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
