@@ -4,9 +4,13 @@ that another sent the same prefix, unless their caches are salted apart)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
 from collector.model.time_window import TimeWindow
+from collector.safe_text import shown
 from collector.store.run_file import RunFile
 
 NO_LABEL = "(none)"
@@ -88,8 +92,8 @@ def tenant_hit_ratios(run: RunFile) -> pd.DataFrame:
     return run.frame(
         """
         SELECT
-            coalesce(tenant, '(none)') AS tenant,
-            coalesce(lora, '(none)') AS lora,
+            coalesce(tenant, $none) AS tenant,
+            coalesce(lora, $none) AS lora,
             count(*) AS requests,
             sum(num_prompt_tokens) AS prompt_tokens,
             sum(num_hit_tokens) AS hit_tokens,
@@ -98,8 +102,16 @@ def tenant_hit_ratios(run: RunFile) -> pd.DataFrame:
         WHERE num_hit_tokens IS NOT NULL
         GROUP BY ALL
         ORDER BY tenant, lora
-        """
+        """,
+        {"none": NO_LABEL},
     )
+
+
+def tenant_label(row: Mapping[str, Any]) -> str:
+    """A `tenant_hit_ratios` row's name: `tenant`, or `tenant/adapter` for requests that ran
+    with a LoRA adapter."""
+    tenant, lora = shown(row["tenant"]), shown(row["lora"])
+    return tenant if row["lora"] == NO_LABEL else f"{tenant}/{lora}"
 
 
 def salt_usage(run: RunFile) -> pd.DataFrame:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from collector.report.figures import RunFigures, tenant_label
+from collector.queries.tenants import tenant_label
+from collector.report.figures import RunFigures
 from collector.report.thresholds import RatioLimit, Thresholds
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"

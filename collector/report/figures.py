@@ -21,12 +21,10 @@ from collector.queries.pool import (
 from collector.queries.summary import RunSummary, run_summary
 from collector.queries.tenants import tenant_hit_ratios
 from collector.queries.timeline import event_times, hit_rate_over_time
-from collector.safe_text import shown
 from collector.store.run_file import RunStore
 
 HIT_RATE_BUCKETS = 60
 POOL_POINTS = 600
-NO_LORA = "(none)"
 EVICTION_POINTS = 300
 
 
@@ -122,9 +120,3 @@ def _tenant_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
         }
         for row in frame.to_dict("records")
     ]
-
-
-def tenant_label(row: dict[str, Any]) -> str:
-    """`tenant`, or `tenant/adapter` for requests that ran with a LoRA adapter."""
-    tenant, lora = shown(row["tenant"]), shown(row["lora"])
-    return tenant if row["lora"] == NO_LORA else f"{tenant}/{lora}"

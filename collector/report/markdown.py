@@ -20,7 +20,7 @@ def render_markdown(comparison: Comparison) -> str:
     """Verdict, the checks table, notes, and the two runs side by side (folded)."""
     lines = [MARKER, _heading(comparison), ""]
     if comparison.regressed:
-        names = ", ".join(_code(check.name) for check in comparison.regressed)
+        names = ", ".join(code(check.name) for check in comparison.regressed)
         lines += [f"Regressed: {names}", ""]
     lines += [
         "| | check | baseline | candidate | change | limit |",
@@ -32,7 +32,7 @@ def render_markdown(comparison: Comparison) -> str:
         lines += ["Notes:", *(f"- {_escape(note)}" for note in comparison.notes), ""]
     lines += _runs_table(comparison.baseline, comparison.candidate)
     source = comparison.thresholds_source
-    thresholds = "kvscope's defaults" if source == "defaults" else _code(source)
+    thresholds = "kvscope's defaults" if source == "defaults" else code(source)
     lines += [
         f"Thresholds: {thresholds}. `kvscope report` wrote the HTML report (charts), "
         "junit.xml and figures.json beside this Markdown.",
@@ -54,7 +54,7 @@ def _check_row(check: Check) -> str:
     limit = f"skipped: {check.reason}" if check.status == "skip" else format_limit(check)
     cells = [
         icon,
-        f"{_escape(check.title)} ({_code(check.name)})",
+        f"{_escape(check.title)} ({code(check.name)})",
         format_value(check.baseline, check.unit),
         format_value(check.candidate, check.unit),
         format_change(check),
@@ -92,11 +92,11 @@ def _runs_table(baseline: RunFigures, candidate: RunFigures) -> list[str]:
 def _run_cells(run: RunFigures) -> list[str]:
     summary, free_blocks, config = run.summary, run.free_blocks, run.config
     if config.get("source") == "replay" and config.get("trace"):
-        source = f"replay of {_code(Path(str(config['trace'])).name)} ({config.get('timing')})"
+        source = f"replay of {code(Path(str(config['trace'])).name)} ({config.get('timing')})"
     else:
         source = _escape(str(config.get("source")))
     return [
-        _code(run.path.name),
+        code(run.path.name),
         source,
         f"{summary['block_size']}, {summary['num_blocks']:,}, {summary['hash_algo']}",
         *(
@@ -112,11 +112,6 @@ def _run_cells(run: RunFigures) -> list[str]:
         f"{free_blocks['min_free_blocks']:,} of {free_blocks['usable_blocks']:,}",
         _escape(str(config.get("vllm_version"))),
     ]
-
-
-def _code(text: str) -> str:
-    """Text as a code span inside a table cell."""
-    return code(text)
 
 
 # What lets text leave its cell (pipes), become a link or an image (brackets, parentheses,

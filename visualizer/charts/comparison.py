@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from collector.report.figures import tenant_label
+from collector.queries.tenants import tenant_label
 from visualizer.charts.theme import (
     COLORS,
     RATIO_AXIS,
