@@ -3,11 +3,12 @@ figures over time."""
 
 from __future__ import annotations
 
-from typing import TypedDict, cast
+from typing import cast
 
 import pandas as pd
 
 from collector.model.time_window import TimeWindow
+from collector.queries.summary import HeadlineFigures, hit_ratio
 from collector.store.run_file import RunFile
 
 # Summed per bucket in `time_rollup`; all but hit_tokens_squared are `run_summary` figures.
@@ -28,26 +29,11 @@ _SUMMED = (
 )
 
 
-class WindowFigures(TypedDict):
-    """The `run_summary` figures counted inside a window (and the squared hit tokens the
-    ROI's attention term needs)."""
+class WindowFigures(HeadlineFigures):
+    """The headline figures counted inside a window, and the squared hit tokens the ROI's
+    attention term needs."""
 
-    requests: int
-    prompt_tokens: int
-    hit_tokens: int
     hit_tokens_squared: int
-    prompt_blocks: int
-    hit_blocks: int
-    block_hits: int
-    stores: int
-    evictions: int
-    preemptions: int
-    resets: int
-    collisions: int
-    dropped_events: int
-    events: int
-    token_hit_ratio: float
-    block_hit_ratio: float
 
 
 def window_figures(run: RunFile, window: TimeWindow) -> WindowFigures:
@@ -64,9 +50,8 @@ def window_figures(run: RunFile, window: TimeWindow) -> WindowFigures:
     )
     assert row is not None
     figures = cast(WindowFigures, row)
-    prompt_tokens, prompt_blocks = figures["prompt_tokens"], figures["prompt_blocks"]
-    figures["token_hit_ratio"] = figures["hit_tokens"] / prompt_tokens if prompt_tokens else 0.0
-    figures["block_hit_ratio"] = figures["hit_blocks"] / prompt_blocks if prompt_blocks else 0.0
+    figures["token_hit_ratio"] = hit_ratio(figures["hit_tokens"], figures["prompt_tokens"])
+    figures["block_hit_ratio"] = hit_ratio(figures["hit_blocks"], figures["prompt_blocks"])
     return figures
 
 

@@ -43,8 +43,8 @@ FROM lookups, counts, runs
 """
 
 
-class RunSummary(TypedDict):
-    """The headline figures of a run (what `kvscope summary --json` prints)."""
+class HeadlineFigures(TypedDict):
+    """What a run did, over the whole run (`run_summary`) or a window (`window_figures`)."""
 
     requests: int
     token_hit_ratio: float
@@ -61,11 +61,22 @@ class RunSummary(TypedDict):
     resets: int
     collisions: int
     dropped_events: int
+
+
+class RunSummary(HeadlineFigures):
+    """The headline figures of a run and its cache settings (what `kvscope summary --json`
+    prints)."""
+
     block_size: int
     num_blocks: int
     hash_algo: str
     vllm_prefix_cache_queries: int | None
     vllm_prefix_cache_hits: int | None
+
+
+def hit_ratio(hits: int, looked_up: int) -> float:
+    """Hits / what was looked up, 0 when nothing was."""
+    return hits / looked_up if looked_up else 0.0
 
 
 def run_summary(run: RunFile) -> RunSummary:
@@ -81,8 +92,8 @@ def run_summary(run: RunFile) -> RunSummary:
     prompt_blocks = figures["prompt_blocks"]
     return {
         "requests": figures["requests"],
-        "token_hit_ratio": figures["hit_tokens"] / prompt_tokens if prompt_tokens else 0.0,
-        "block_hit_ratio": figures["hit_blocks"] / prompt_blocks if prompt_blocks else 0.0,
+        "token_hit_ratio": hit_ratio(figures["hit_tokens"], prompt_tokens),
+        "block_hit_ratio": hit_ratio(figures["hit_blocks"], prompt_blocks),
         "evictions": figures["evictions"],
         "events": figures["event_rows"] + figures["pool_rows"] + figures["collisions"],
         "prompt_tokens": prompt_tokens,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from collector.report.checks import FAIL, PASS, Check
 from collector.report.figures import RunFigures
@@ -63,6 +65,7 @@ def _check_row(check: Check) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+_RUN_COUNTS = ("requests", "prompt_tokens", "hit_tokens", "evictions", "preemptions")
 _RUN_LABELS = (
     "run file",
     "source",
@@ -91,6 +94,7 @@ def _runs_table(baseline: RunFigures, candidate: RunFigures) -> list[str]:
 
 def _run_cells(run: RunFigures) -> list[str]:
     summary, free_blocks, config = run.summary, run.free_blocks, run.config
+    counts: Mapping[str, Any] = run.summary  # read by name below
     if config.get("source") == "replay" and config.get("trace"):
         source = f"replay of {code(Path(str(config['trace'])).name)} ({config.get('timing')})"
     else:
@@ -99,16 +103,7 @@ def _run_cells(run: RunFigures) -> list[str]:
         code(run.path.name),
         source,
         f"{summary['block_size']}, {summary['num_blocks']:,}, {summary['hash_algo']}",
-        *(
-            format_value(count, "count")
-            for count in (
-                summary["requests"],
-                summary["prompt_tokens"],
-                summary["hit_tokens"],
-                summary["evictions"],
-                summary["preemptions"],
-            )
-        ),
+        *(format_value(counts[name], "count") for name in _RUN_COUNTS),
         f"{free_blocks['min_free_blocks']:,} of {free_blocks['usable_blocks']:,}",
         _escape(str(config.get("vllm_version"))),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,20 +62,19 @@ def _notes(baseline: RunFigures, candidate: RunFigures) -> list[str]:
     for name in differing_settings(baseline.config, candidate.config, RUN_SETTINGS):
         first, second = shown(baseline.config.get(name)), shown(candidate.config.get(name))
         notes.append(f"{name} differs: {first} in the baseline, {second} in the candidate.")
-    old, new = baseline.summary, candidate.summary
-    for name, before, after, meaning in (
-        ("requests", old["requests"], new["requests"], "the runs replayed different workloads"),
-        ("prompt_tokens", old["prompt_tokens"], new["prompt_tokens"], "the prompts changed"),
+    # Read by name: the same few lines for each figure.
+    old: Mapping[str, Any] = baseline.summary
+    new: Mapping[str, Any] = candidate.summary
+    for name, meaning in (
+        ("requests", "the runs replayed different workloads"),
+        ("prompt_tokens", "the prompts changed"),
     ):
-        if before != after:
+        if old[name] != new[name]:
             notes.append(
-                f"{name} differs: {before:,} in the baseline, {after:,} in the candidate "
-                f"({meaning})."
+                f"{name} differs: {old[name]:,} in the baseline, {new[name]:,} in the "
+                f"candidate ({meaning})."
             )
-    for what, count in (
-        ("dropped events", old["dropped_events"]),
-        ("collisions", old["collisions"]),
-    ):
-        if count:
-            notes.append(f"The baseline has {count:,} {what}.")
+    for name in ("dropped_events", "collisions"):
+        if old[name]:
+            notes.append(f"The baseline has {old[name]:,} {name.replace('_', ' ')}.")
     return notes
