@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
+
+from process_cpu import cpu_ticks
 from vllm.utils.gc_utils import freeze_gc_heap
 
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
@@ -42,6 +44,7 @@ from collector.replay.simulator import Simulator, VirtualClock
 from collector.replay.traces import TraceRequest, read_trace
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.transport import Transport
+from tests.support.engine import collector_process as kvscope_collect
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 
@@ -113,23 +116,17 @@ class Collector:
 
     def wait_until_quiet(self, quiet_s: float = 1.0, limit_s: float = 600) -> None:
         """Wait until the collector has used (almost) no CPU for `quiet_s` (Linux only)."""
-        stat = Path(f"/proc/{self.process.pid}/stat")
-        if not stat.exists():
+        pid = self.process.pid
+        if not Path(f"/proc/{pid}").exists():
             return
         deadline = time.monotonic() + limit_s
-        last = _cpu_ticks(stat)
+        last = cpu_ticks(pid)
         while time.monotonic() < deadline:
             time.sleep(quiet_s)
-            now = _cpu_ticks(stat)
+            now = cpu_ticks(pid)
             if now - last <= 2:  # clock ticks: the collector's idle poll, nothing more
                 return
             last = now
-
-
-def _cpu_ticks(stat: Path) -> int:
-    """User + system clock ticks of a process, from /proc/PID/stat."""
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 @contextmanager
@@ -137,29 +134,9 @@ def collector_process() -> Iterator[Collector]:
     """A real `kvscope collect` writing to a throwaway run file."""
     with tempfile.TemporaryDirectory() as directory:
         endpoint = f"ipc://{directory}/bench.ipc"
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "collector.cli",
-                "collect",
-                "--db",
-                f"{directory}/bench.duckdb",
-                "--endpoint",
-                endpoint,
-                "--live-interval",
-                "3600",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert process.stdout is not None
-        process.stdout.readline()  # listening
-        try:
+        run = Path(directory) / "bench.duckdb"
+        with kvscope_collect(run, endpoint, "--live-interval", "3600") as process:
             yield Collector(endpoint, process)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait()
 
 
 def main() -> None:

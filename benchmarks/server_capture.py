@@ -15,7 +15,6 @@ are on / off within a round.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -28,10 +27,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.engine import collector_process
-from tests.support.vllm_server import TOKEN_RANGE, VllmServer, build_model, engine_environment
+from process_cpu import cpu_seconds
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from tests.support.engine import collector_process
+from tests.support.vllm_server import (
+    TOKEN_RANGE,
+    VllmServer,
+    build_model,
+    engine_environment,
+    vllm_server,
+)
 
 
 @dataclass
@@ -58,11 +63,6 @@ def engine_core_pid(server_pid: int) -> int:
         if parent == server_pid and "EngineCore" in name:
             return int(entry.name)
     raise RuntimeError(f"no engine-core process under {server_pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def workload(count: int, seed: int = 7) -> list[list[int]]:
@@ -107,18 +107,16 @@ def run_round(model: str, folder: Path, capture: bool, args: argparse.Namespace)
             collector = stack.enter_context(
                 collector_process(run, endpoint, "--live-interval", "5")
             )
-        server = VllmServer(model, folder / "vllm.log", [], engine_environment(**variables))
-        try:
-            server.wait_until_up()
-            return measure(
-                server,
-                collector.pid if collector else None,
-                workload(args.requests),
-                args.output_tokens,
-                args.concurrency,
-            )
-        finally:
-            server.stop()
+        server = stack.enter_context(
+            vllm_server(model, folder / "vllm.log", [], engine_environment(**variables))
+        )
+        return measure(
+            server,
+            collector.pid if collector else None,
+            workload(args.requests),
+            args.output_tokens,
+            args.concurrency,
+        )
 
 
 def main() -> int:
