@@ -8,7 +8,6 @@ import gc
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,10 @@ from collector.store.run_file import RunStore, live_copy_path
 from tests.support.app import start
 from tests.support.engine import (
     BLOCK_SIZE,
+    KILL_AFTER_STEPS,
     collector_process,
     drive,
+    kill_collector_mid_run,
     make_scheduler,
     recorded_drops,
     stored_record_numbers,
@@ -34,16 +35,9 @@ pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported
 def kill_mid_run(run: Path, endpoint: str, scheduler: object, rows: list[dict[str, object]]) -> int:
     """Drive the first steps with a collector, kill it once it stored something; the number
     of rows handed to the engine."""
-    capture = scheduler.kvscope_capture  # type: ignore[attr-defined]
     with collector_process(run, endpoint) as process:
-        drive(scheduler, rows, per_step=3, stop_after=40)
-        deadline = time.monotonic() + 60
-        while capture.transport.num_delivered == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1)  # a live copy exists too
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-    return 40 * 3
+        kill_collector_mid_run(process, scheduler, rows, settle_s=1)  # a live copy exists too
+    return KILL_AFTER_STEPS * 3
 
 
 def stored_and_gaps(run: Path) -> tuple[int, int, int]:

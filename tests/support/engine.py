@@ -250,3 +250,25 @@ BLOCK_SIZE = 16
 def workload() -> list[dict[str, Any]]:
     rows = generate(WorkloadShape(seed=11, num_chats=30, num_rag_requests=150, num_reports=40))
     return rows[:300]
+
+
+KILL_AFTER_STEPS = 40
+
+
+def kill_collector_mid_run(
+    process: subprocess.Popen[str],
+    scheduler: Any,
+    rows: list[dict[str, Any]],
+    settle_s: float = 0.0,
+) -> DriveResult:
+    """Drive the first KILL_AFTER_STEPS steps (3 rows a step), wait until the collector has
+    stored something, let it run `settle_s` more, then SIGKILL it."""
+    result = drive(scheduler, rows, per_step=3, stop_after=KILL_AFTER_STEPS)
+    transport = scheduler.kvscope_capture.transport
+    deadline = time.monotonic() + 60
+    while transport.num_delivered == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(settle_s)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    return result
