@@ -7,8 +7,11 @@ array whose first element is the tag. Common fields come first (`seq`, `ts_ns`,
 their defaults; the collector names them from each batch's header.
 
 Block records (hit, allocate, store, evict, free) describe one operation on one request and
-carry one entry per block in parallel lists, as vLLM's own `BlockStored` does: the hooks add
-no per-block object to vLLM's hot path, and the collector stores one row per block.
+carry one entry per block in parallel columns, packed: block ids (and reference counts) as
+little-endian int32 (`pack_counts`), block hashes concatenated at one width. So the engine
+encodes, and the collector decodes and stores, a record's blocks as a few byte strings, not
+an object per block (a capture delivers millions of block rows a minute); the collector
+stores one row per block.
 
 Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix),
 never Python `hash()` values. `seq` increases by one per record inside one engine:
@@ -23,6 +26,7 @@ checks nothing and costs nothing more.
 
 from __future__ import annotations
 
+import struct
 from typing import Annotated
 
 import msgspec
@@ -43,6 +47,12 @@ NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f\x7f-\x9f]*$"
 Label = Annotated[str, msgspec.Meta(max_length=256, pattern=NO_CONTROL_CHARACTERS)]
 EngineId = Annotated[str, msgspec.Meta(max_length=128, pattern=r"^[A-Za-z0-9_.:@/+=-]*$")]
 DpRank = Annotated[int, msgspec.Meta(ge=0, le=2**15 - 1)]
+# Packed per-block columns: 4 bytes per block id or count; hashes at 8 to 64 bytes each (the
+# collector checks that the widths and the counts agree). A frame is at most 16 MiB anyway.
+MAX_PACKED_BYTES = 16 << 20
+PackedCounts = Annotated[bytes, msgspec.Meta(max_length=MAX_PACKED_BYTES)]
+PackedHashes = Annotated[bytes, msgspec.Meta(max_length=MAX_PACKED_BYTES)]
+COUNT_BYTES = 4
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -86,14 +96,14 @@ class Lookup(_Record, tag="lookup"):
 class Hit(_Record, tag="hit"):
     """Cached blocks reused by a request: its prefix, block 0 onwards."""
 
-    block_ids: list[Count]
-    block_hashes: list[BlockHash]
+    block_ids: PackedCounts
+    block_hashes: PackedHashes
 
 
 class Allocate(_Record, tag="allocate"):
     """Blocks that left the free queue for a request."""
 
-    block_ids: list[Count]
+    block_ids: PackedCounts
 
 
 class Store(_Record, tag="store"):
@@ -104,8 +114,8 @@ class Store(_Record, tag="store"):
     `extra_keys` names the kinds of extra hash keys per block (LoRA, cache salt, ...).
     """
 
-    block_ids: list[Count]
-    block_hashes: list[BlockHash]
+    block_ids: PackedCounts
+    block_hashes: PackedHashes
     parent_block_hash: BlockHash | None
     first_position: Count
     block_size: Count
@@ -121,16 +131,16 @@ class Evict(_Record, tag="evict"):
     engine keeps no per-block clock or counter for them.
     """
 
-    block_ids: list[Count]
-    block_hashes: list[BlockHash]
+    block_ids: PackedCounts
+    block_hashes: PackedHashes
 
 
 class Free(_Record, tag="free"):
     """Blocks a request released, with their reference counts after (0: back in the free
     queue, still cached if hashed)."""
 
-    block_ids: list[Count]
-    ref_cnts: list[Count]
+    block_ids: PackedCounts
+    ref_cnts: PackedCounts
 
 
 class Collision(_Record, tag="collision"):
@@ -214,6 +224,26 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 KIND_BY_TYPE: dict[type[Event], str] = {cls: str(cls.__struct_config__.tag) for cls in EVENT_TYPES}
 
 EVENT_KINDS: tuple[str, ...] = tuple(KIND_BY_TYPE.values())
+
+
+def pack_counts(values: list[int]) -> bytes:
+    """Block ids or counts as a packed column (little-endian int32)."""
+    return struct.pack(f"<{len(values)}i", *values)  # Python caches the compiled format
+
+
+def unpack_counts(packed: bytes) -> list[int]:
+    """The values `pack_counts` packed."""
+    return list(struct.unpack(f"<{len(packed) // COUNT_BYTES}i", packed))
+
+
+def unpack_hashes(packed: bytes, count: int) -> list[bytes]:
+    """`count` block hashes packed at one width."""
+    width = len(packed) // count if count else 0
+    return [packed[index * width : (index + 1) * width] for index in range(count)]
+
+
+def num_blocks(record: Hit | Allocate | Store | Evict | Free) -> int:
+    return len(record.block_ids) // COUNT_BYTES
 
 
 def encoder() -> msgspec.msgpack.Encoder:

@@ -5,13 +5,21 @@ the record numbering and buffering both halves share (see hooks.py for the whole
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from engine_hooks.block_content import block_token_ids, extra_key_kinds
 from engine_hooks.buffer import EventBuffer
-from engine_hooks.events import Allocate, Collision, Event, Evict, Free, Hit, Reset, Store
+from engine_hooks.events import (
+    Allocate,
+    Collision,
+    Event,
+    Evict,
+    Free,
+    Hit,
+    Reset,
+    Store,
+    pack_counts,
+)
 from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.shadow import CacheShadow
 
@@ -21,10 +29,6 @@ if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run
     from vllm.v1.request import Request
 
 Clock = Callable[[], int]
-
-_BLOCK_ID = attrgetter("block_id")
-_REF_CNT = attrgetter("ref_cnt")
-_IS_ZERO = (0).__eq__
 
 POOL_METHODS = (
     "get_new_blocks",
@@ -92,14 +96,14 @@ class PoolHooks:
             blocks: list[KVCacheBlock] = original(num_blocks)
             now = self._clock()
             request_id = self._request_id()
-            block_ids = list(map(_BLOCK_ID, blocks))
+            block_ids = [block.block_id for block in blocks]
             records: list[Event] = []
             evicted = shadow.cached_among(block_ids)
             if evicted:
                 # vLLM dropped the hash of each cached free block it handed out.
                 records.append(self._evict_record(now, request_id, evicted))
                 shadow.num_cached_free -= len(evicted)
-            records.append(Allocate(self._next_seq(), now, request_id, block_ids))
+            records.append(Allocate(self._next_seq(), now, request_id, pack_counts(block_ids)))
             self._emit(records)
             return blocks
 
@@ -108,7 +112,7 @@ class PoolHooks:
     def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
         """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
         hashes = self._shadow.forget(block_ids)
-        return Evict(self._next_seq(), now, request_id, block_ids, hashes)
+        return Evict(self._next_seq(), now, request_id, pack_counts(block_ids), b"".join(hashes))
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         shadow = self._shadow
@@ -118,13 +122,15 @@ class PoolHooks:
             if not blocks:
                 return
             # One full-attention group (see layout.py): a prefix hit holds no null block.
-            block_ids = list(map(_BLOCK_ID, blocks))
+            block_ids = [block.block_id for block in blocks]
             hashes = shadow.hashes_of(block_ids)
             # A hit block with one reference now was free (and evictable) before.
-            shadow.num_cached_free -= list(map(_REF_CNT, blocks)).count(1)
+            shadow.num_cached_free -= [block.ref_cnt for block in blocks].count(1)
             now = self._clock()
             request_id = self._request_id()
-            records: list[Event] = [Hit(self._next_seq(), now, request_id, block_ids, hashes)]
+            records: list[Event] = [
+                Hit(self._next_seq(), now, request_id, pack_counts(block_ids), b"".join(hashes))
+            ]
             if self._fingerprints and self._request is not None:
                 records += self._check_hits(self._request, now, block_ids, hashes)
             self._emit(records)
@@ -177,7 +183,7 @@ class PoolHooks:
             # One full-attention group hashed at its block size (see layout.py): vLLM
             # stores every block of the range; full attention never masks one out.
             positions = range(num_cached_blocks, num_full_blocks)
-            block_ids = list(map(_BLOCK_ID, blocks[num_cached_blocks:num_full_blocks]))
+            block_ids = [block.block_id for block in blocks[num_cached_blocks:num_full_blocks]]
             request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
             hashes = request_hashes[num_cached_blocks:num_full_blocks]
             now = self._clock()
@@ -190,8 +196,8 @@ class PoolHooks:
                 self._next_seq(),
                 now,
                 request.request_id,
-                block_ids,
-                hashes,
+                pack_counts(block_ids),
+                b"".join(hashes),
                 request_hashes[first - 1] if first else None,
                 first,
                 block_size,
@@ -210,11 +216,21 @@ class PoolHooks:
             original(blocks)
             if not blocks:
                 return  # one full-attention group (see layout.py): no null blocks
-            block_ids = list(map(_BLOCK_ID, blocks))
-            ref_cnts = list(map(_REF_CNT, blocks))
-            back_in_queue = compress(block_ids, map(_IS_ZERO, ref_cnts))
+            block_ids = [block.block_id for block in blocks]
+            ref_cnts = [block.ref_cnt for block in blocks]
+            # Blocks back in the free queue (no reference left): all of them, usually.
+            back_in_queue = block_ids
+            if any(ref_cnts):
+                pairs = zip(block_ids, ref_cnts, strict=True)
+                back_in_queue = [block_id for block_id, ref_cnt in pairs if not ref_cnt]
             shadow.num_cached_free += shadow.count_cached(back_in_queue)
-            record = Free(self._next_seq(), self._clock(), self._request_id(), block_ids, ref_cnts)
+            record = Free(
+                self._next_seq(),
+                self._clock(),
+                self._request_id(),
+                pack_counts(block_ids),
+                pack_counts(ref_cnts),
+            )
             self._emit([record])
 
         return free_blocks

@@ -22,6 +22,7 @@ class CacheShadow:
         self._fingerprints: dict[int, bytes] = {}
         self._stored_by: dict[int, str] = {}
         self.num_cached_free = 0
+        self._unknown_hash = bytes(32)  # zeros at the width of the hashes seen stored
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -36,6 +37,8 @@ class CacheShadow:
     def store(self, block_ids: list[int], hashes: list[bytes]) -> None:
         """Blocks whose hashes just entered the cache."""
         self.hashes.update(zip(block_ids, hashes, strict=True))
+        if hashes and len(hashes[0]) != len(self._unknown_hash):
+            self._unknown_hash = bytes(len(hashes[0]))
 
     def fingerprint(
         self, block_ids: list[int], fingerprints: Iterable[bytes], stored_by: str
@@ -48,8 +51,9 @@ class CacheShadow:
         return self._fingerprints.get(block_id), self._stored_by.get(block_id)
 
     def hashes_of(self, block_ids: list[int]) -> list[bytes]:
-        """The hashes the blocks were stored under (b"" for a block not seen stored)."""
-        return list(map(self.hashes.get, block_ids, repeat(b"")))
+        """The hashes the blocks were stored under (zeros for a block not seen stored: the
+        hashes of a record are packed at one width)."""
+        return list(map(self.hashes.get, block_ids, repeat(self._unknown_hash)))
 
     def forget(self, block_ids: list[int]) -> list[bytes]:
         """Blocks whose hashes vLLM dropped; returns those hashes."""

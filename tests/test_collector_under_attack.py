@@ -12,7 +12,7 @@ import msgspec
 import zmq
 
 from collector.store.run_file import RunFile
-from engine_hooks.events import Allocate, Arrive, Evict, Free, Hit, Pool, Store
+from engine_hooks.events import Allocate, Arrive, Evict, Free, Hit, Pool, Store, pack_counts
 from engine_hooks.transport import MAX_FRAME_BYTES, BatchHeader, EngineSettings
 from tests.support.engine import collector_process, replay_to_collector
 
@@ -31,15 +31,18 @@ def forged_records(rng: random.Random) -> list[object]:
     """Records of the right shape whose values do not fit the run file or are unsafe."""
     return rng.choice(
         [
-            [Hit(0, 1, "r", [1], [b"\x01\x02"])],  # a 2-byte hash
+            [Hit(0, 1, "r", pack_counts([1]), b"\x01\x02")],  # a 2-byte hash
+            [Hit(0, 1, "r", pack_counts([1, 2]), HASH + b"\x01")],  # hashes of two widths
             [Pool(-1, 1, None, 1, 1, 1)],  # a negative record number
-            [Allocate(0, 1, "r", [2**40])],  # a block id past INTEGER
+            [Allocate(0, 1, "r", pack_counts([-5]))],  # a negative block id
+            [Allocate(0, 1, "r", b"\x01\x02\x03")],  # block ids not 4 bytes each
             [Arrive(0, 2**63 + 5, "r", 10)],  # a clock past BIGINT
             [Arrive(0, 1, "r\x1b[31m", 10)],  # a terminal escape in a request id
             [Pool(0, 1, None, 1, 1, 1, tenant="a\nb")],  # a newline in a tenant
-            [Store(0, 1, "r", [1], [HASH], None, 0, 16, extra_keys=[("\x01",)])],
-            [Free(0, 1, "r", [1, 2], [0])],  # per-block lists that disagree
-            [Evict(0, 1, None, [1], [HASH, HASH])],
+            [Store(0, 1, "r", pack_counts([1]), HASH, None, 0, 16, extra_keys=[("\x01",)])],
+            [Free(0, 1, "r", pack_counts([1, 2]), pack_counts([0]))],  # columns that disagree
+            [Free(0, 1, "r", pack_counts([1]), pack_counts([-1]))],  # a negative count
+            [Evict(0, 1, None, pack_counts([1]), HASH * 3)],  # three hashes for one block
         ]
     )
 
@@ -64,7 +67,8 @@ def attacks(rng: random.Random) -> list[list[bytes]]:
     for _ in range(100):  # a header that lies about its batch
         messages.append([header(5), encode([Pool(0, 1, None, 1, 1, 1)])])
     for _ in range(5):  # huge arrays inside the size limit
-        messages.append([header(1), encode([Hit(0, 1, "r", list(range(1_000_000)), [HASH])])])
+        huge = Hit(0, 1, "r", pack_counts(list(range(1_000_000))), HASH)
+        messages.append([header(1), encode([huge])])
         messages.append([header(1), b"\xdd\x00\xff\xff\xff" + b"\x01" * 1_000_000])
     messages.append([header(1), b"\x91" * 100_000])  # nested a hundred thousand deep
     rng.shuffle(messages)

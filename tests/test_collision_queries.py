@@ -8,7 +8,7 @@ from pathlib import Path
 from collector.queries import collisions
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunConfig, RunFile, RunStore
-from engine_hooks.events import Arrive, Collision, Hit, Lookup, Store
+from engine_hooks.events import Arrive, Collision, Hit, Lookup, Store, pack_counts
 from tests.support.runs import shared_prefix_run
 
 MS = 1_000_000
@@ -32,9 +32,9 @@ def collision_run(path: Path) -> Path:
         [
             Arrive(0, 0, "a0", 4, tenant="a"),
             Lookup(1, 0, "a0", 4, 0, 0, False),
-            Store(2, 0, "a0", [7], [HASH], None, 0, 4),
+            Store(2, 0, "a0", pack_counts([7]), HASH, None, 0, 4),
             Arrive(3, 5 * MS, "b0", 8, tenant="b"),
-            Hit(4, 5 * MS, "b0", [7], [HASH]),
+            Hit(4, 5 * MS, "b0", pack_counts([7]), HASH),
             Lookup(5, 5 * MS, "b0", 8, 4, 1, False),
             Collision(6, 5 * MS, "b0", 7, HASH, "a0", b"\x01\x02", b"\x03\x04"),
         ]

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.replay.block_manager import make_request
-from engine_hooks.events import Evict, Pool, Reset, Store
+from engine_hooks.events import Evict, Pool, Reset, Store, num_blocks
 from tests.support.block_manager import (
     cached_block_count,
     cached_free_count,
@@ -109,8 +109,8 @@ def test_hooks_never_change_vllm_and_account_exactly(
     assert [outcome for outcome in outcomes_on if outcome[0] != "records"] == outcomes_off
     assert state_on == state_off
     assert order_on == order_off
-    stores = sum(len(record.block_ids) for record in records if isinstance(record, Store))
-    evictions = sum(len(record.block_ids) for record in records if isinstance(record, Evict))
+    stores = sum(num_blocks(record) for record in records if isinstance(record, Store))
+    evictions = sum(num_blocks(record) for record in records if isinstance(record, Evict))
     cleared = sum(record.num_cleared for record in records if isinstance(record, Reset))
     assert stores - evictions - cleared == cached_on
     sequence = [record.seq for record in records]

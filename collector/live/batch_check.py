@@ -11,8 +11,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 
-from engine_hooks.events import Event, Evict, Free, Hit, Store, decoder
+from engine_hooks.events import (
+    COUNT_BYTES,
+    Allocate,
+    Event,
+    Evict,
+    Free,
+    Hit,
+    Store,
+    decoder,
+    num_blocks,
+)
 from engine_hooks.transport import BatchHeader
 
 FRAMES_PER_MESSAGE = 3  # the engine's identity (added by ZMQ), the header, the records
@@ -65,22 +76,44 @@ class BatchDecoder:
 
 
 def check_batch(header: BatchHeader, records: list[Event]) -> None:
-    """What msgspec's per-field bounds cannot see: counts and parallel lists agree."""
+    """What msgspec's per-field bounds cannot see: counts and packed columns agree, and the
+    packed block ids and reference counts fit their INTEGER columns (none negative)."""
     if header.num_records != len(records):
         raise RejectedMessage(
             "inconsistent", f"header says {header.num_records} records, {len(records)} came"
         )
+    packed_counts: list[bytes] = []
     for record in records:
-        if isinstance(record, Hit | Evict | Store):
-            lengths = {len(record.block_ids), len(record.block_hashes)}
-            if isinstance(record, Store):
-                lengths |= {len(record.extra_keys)} if record.extra_keys is not None else set()
-                lengths |= {len(record.token_ids)} if record.token_ids is not None else set()
-        elif isinstance(record, Free):
-            lengths = {len(record.block_ids), len(record.ref_cnts)}
-        else:
-            continue
+        if isinstance(record, Hit | Allocate | Store | Evict | Free):
+            problem = _block_columns_problem(record)
+            if problem:
+                raise RejectedMessage("inconsistent", f"record {record.seq}: {problem}")
+            packed_counts.append(record.block_ids)
+            if isinstance(record, Free):
+                packed_counts.append(record.ref_cnts)
+    counts = np.frombuffer(b"".join(packed_counts), dtype="<i4")
+    if counts.size and counts.min() < 0:
+        raise RejectedMessage("invalid", "a negative block id or reference count")
+
+
+def _block_columns_problem(record: Hit | Allocate | Store | Evict | Free) -> str | None:
+    """Why a block record's packed columns do not fit together, or None."""
+    if len(record.block_ids) % COUNT_BYTES:
+        return "block ids not packed 4 bytes each"
+    count = num_blocks(record)
+    if isinstance(record, Free):
+        if len(record.ref_cnts) != len(record.block_ids):
+            return "per-block columns of different lengths"
+        return None
+    if isinstance(record, Allocate):
+        return None
+    width = len(record.block_hashes) // count if count else 0
+    if width * count != len(record.block_hashes) or (count and not 8 <= width <= 64):
+        return "block hashes not packed 8 to 64 bytes each, one per block"
+    if isinstance(record, Store):
+        lengths = {count}
+        lengths |= {len(record.extra_keys)} if record.extra_keys is not None else set()
+        lengths |= {len(record.token_ids)} if record.token_ids is not None else set()
         if len(lengths) != 1:
-            raise RejectedMessage(
-                "inconsistent", f"record {record.seq}: per-block lists of different lengths"
-            )
+            return "per-block columns of different lengths"
+    return None

@@ -17,6 +17,7 @@ from engine_hooks.events import (
     Lookup,
     Pool,
     Store,
+    num_blocks,
 )
 from engine_hooks.transport import BatchHeader
 
@@ -52,11 +53,11 @@ class LiveState:
 
     def _observe(self, engine: tuple[str, int], record: Event) -> None:
         if isinstance(record, Hit):
-            self.block_hits += len(record.block_ids)
+            self.block_hits += num_blocks(record)
         elif isinstance(record, Store):
-            self.block_stores += len(record.block_ids)
+            self.block_stores += num_blocks(record)
         elif isinstance(record, Evict):
-            self.block_evictions += len(record.block_ids)
+            self.block_evictions += num_blocks(record)
         elif isinstance(record, Pool):
             self.pool[engine] = (record.num_free, record.num_cached_free, record.num_in_use)
         elif isinstance(record, Arrive) and record.request_id is not None:

@@ -22,6 +22,7 @@ from engine_hooks.events import (
     Hit,
     Pool,
     Store,
+    num_blocks,
 )
 
 # Per-block list fields of block records -> the events column of each block's row.
@@ -61,7 +62,7 @@ EVENT_COLUMNS: dict[str, pa.DataType] = {
     "engine_id": pa.string(),
     "dp_rank": pa.int16(),
 }
-_HASH_COLUMNS = {"block_hash", "parent_hash"}
+_TEXT = pa.dictionary(pa.int32(), pa.string())
 
 
 @dataclass
@@ -84,11 +85,9 @@ class Batch:
 def hash64(block_hashes: Sequence[bytes | None]) -> pa.Array:
     """vLLM's 64-bit form of block hashes: the low 64 bits, big-endian (None stays null)."""
     present = [block_hash for block_hash in block_hashes if block_hash is not None]
-    lengths = {len(block_hash) for block_hash in present}
+    lengths = set(map(len, present))
     if len(lengths) == 1 and min(lengths) >= 8:
-        width = lengths.pop()
-        raw = np.frombuffer(b"".join(present), dtype=np.uint8).reshape(-1, width)
-        values = raw[:, width - 8 :].copy().view(">u8").ravel().astype(np.uint64)
+        values = _low_64_bits(b"".join(present), lengths.pop())
     else:
         values = np.array(
             [int.from_bytes(block_hash[-8:], "big") for block_hash in present], dtype=np.uint64
@@ -99,6 +98,12 @@ def hash64(block_hashes: Sequence[bytes | None]) -> pa.Array:
     full = np.zeros(len(block_hashes), dtype=np.uint64)
     full[~mask] = values
     return pa.array(full, type=pa.uint64(), mask=mask)
+
+
+def _low_64_bits(packed: bytes, width: int) -> np.ndarray:
+    """The low 64 bits (big-endian) of each of the hashes packed at `width` bytes each."""
+    raw = np.frombuffer(packed, dtype=np.uint8).reshape(-1, width)
+    return raw[:, width - 8 :].copy().view(">u8").ravel().astype(np.uint64)
 
 
 def to_batch(records: Sequence[Event]) -> Batch:
@@ -130,7 +135,7 @@ def to_batch(records: Sequence[Event]) -> Batch:
     if stores:
         batch.block_tokens = pa.table(
             {
-                "block_hash": hash64([h for record in stores for h in record.block_hashes]),
+                "block_hash": _packed_hashes(stores),
                 "token_ids": pa.array(
                     [tokens for record in stores for tokens in record.token_ids],
                     type=pa.list_(pa.int32()),
@@ -141,58 +146,117 @@ def to_batch(records: Sequence[Event]) -> Batch:
 
 
 def _events_table(records_by_type: dict[type[Event], list[Any]]) -> pa.Table:
-    columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
-    for cls, records in records_by_type.items():
-        per_block = _PER_BLOCK.get(cls, {})
-        counts = [len(record.block_ids) for record in records] if per_block else [1] * len(records)
-        total = sum(counts)
-        filled = {"kind", "pos"}
-        columns["kind"].extend([KIND_BY_TYPE[cls]] * total)
-        for count in counts:
-            columns["pos"].extend(range(count))
-        for field in cls.__struct_fields__:
-            if field in per_block:
-                values = columns[per_block[field]]
-                for record, count in zip(records, counts, strict=True):
-                    entries = getattr(record, field)
-                    values.extend(entries if entries is not None else [None] * count)
-                filled.add(per_block[field])
-            elif field in columns:
-                values = columns[field]
-                for record, count in zip(records, counts, strict=True):
-                    values.extend([getattr(record, field)] * count)
-                filled.add(field)
-        filled |= _derived_columns(cls, records, columns)
-        for column, values in columns.items():
-            if column not in filled:
-                values.extend([None] * total)
-    arrays = {
-        name: hash64(values)
-        if name in _HASH_COLUMNS
-        else pa.array(values, type=EVENT_COLUMNS[name])
-        for name, values in columns.items()
-    }
-    table = pa.table(arrays)
+    """One row per record, or per block of a block record; built column by column (no
+    Python loop per block: a capture delivers millions of block rows a minute)."""
+    tables = [_kind_table(cls, records) for cls, records in records_by_type.items()]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     order = pa.compute.sort_indices(table, sort_keys=[("seq", "ascending"), ("pos", "ascending")])
     return table.take(order)
 
 
-def _derived_columns(cls: type, records: list[Any], columns: dict[str, list[Any]]) -> set[str]:
-    """Columns a block record implies: each block's position and (for stores) its parent."""
+def _kind_table(cls: type[Event], records: list[Any]) -> pa.Table:
+    """The events rows of records of one kind, with every events column (null if unused)."""
+    per_block = _PER_BLOCK.get(cls, {})
+    counts = np.array(
+        [num_blocks(record) for record in records] if per_block else [1] * len(records),
+        dtype=np.int64,
+    )
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts  # each record's first row
+    of_record = np.repeat(np.arange(len(records)), counts)  # each row's record
+    columns: dict[str, pa.Array] = {
+        "kind": pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(total, dtype=np.int32)), [KIND_BY_TYPE[cls]]
+        ),
+        "pos": pa.array(np.arange(total) - starts[of_record], type=pa.int32()),
+    }
+    for field in cls.__struct_fields__:
+        if field in per_block:
+            columns[per_block[field]] = _per_block_column(per_block[field], records, field)
+        elif field in EVENT_COLUMNS:
+            values = [getattr(record, field) for record in records]
+            columns[field] = _per_row(
+                values, EVENT_COLUMNS[field], of_record if per_block else None
+            )
     if cls is Hit:
+        columns["block_position"] = columns["pos"]
+    elif cls is Store:
+        first_positions = np.array([record.first_position for record in records], dtype=np.int64)
+        columns["block_position"] = pa.array(
+            np.arange(total) - starts[of_record] + first_positions[of_record], type=pa.int32()
+        )
+        columns["parent_hash"] = _parent_hashes(records, columns["block_hash"], starts)
+        block_sizes = np.array([record.block_size for record in records], dtype=np.int32)
+        columns["num_tokens"] = pa.array(block_sizes[of_record], type=pa.int32())
+    return pa.table(
+        {
+            name: columns[name] if name in columns else pa.nulls(total, type=_arrow_type(name))
+            for name in EVENT_COLUMNS
+        }
+    )
+
+
+def _arrow_type(column: str) -> pa.DataType:
+    """Text columns go to DuckDB dictionary-encoded: a block record's request id, tenant,
+    ... repeat on each of its blocks, and an index per row is all that repeats."""
+    data_type = EVENT_COLUMNS[column]
+    return _TEXT if data_type == pa.string() else data_type
+
+
+def _per_row(values: list[Any], data_type: pa.DataType, of_record: np.ndarray | None) -> pa.Array:
+    """Values of a record field, one per row: `of_record` says each row's record (None: a
+    row per record)."""
+    if data_type != pa.string():
+        array = pa.array(values, type=data_type)
+        if of_record is None:
+            return array
+        if array.null_count:
+            return array.take(of_record)
+        return pa.array(array.to_numpy()[of_record], type=data_type)
+    dictionary = pa.array(values, type=pa.string())
+    mask = None
+    rows = np.arange(len(values)) if of_record is None else of_record
+    if dictionary.null_count:  # a null is a null index (Arrow merges no null entries)
+        mask = dictionary.is_null().to_numpy(zero_copy_only=False)[rows]
+        dictionary = dictionary.fill_null("")
+    indices = pa.array(rows, type=pa.int32(), mask=mask)
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def _per_block_column(column: str, records: list[Any], field: str) -> pa.Array:
+    """A block record's per-block column, over the records in order."""
+    if column == "extra_keys":  # None for the whole record unless a key was mixed in
+        entries: list[Any] = []
         for record in records:
-            columns["block_position"].extend(range(len(record.block_ids)))
-        return {"block_position"}
-    if cls is Store:
-        for record in records:
-            count = len(record.block_ids)
-            first = record.first_position
-            columns["block_position"].extend(range(first, first + count))
-            columns["parent_hash"].append(record.parent_block_hash)
-            columns["parent_hash"].extend(record.block_hashes[:-1])
-            columns["num_tokens"].extend([record.block_size] * count)
-        return {"block_position", "parent_hash", "num_tokens"}
-    return set()
+            keys = record.extra_keys
+            entries.extend(keys if keys is not None else [None] * num_blocks(record))
+        return pa.array(entries, type=EVENT_COLUMNS[column])
+    if column == "block_hash":
+        return _packed_hashes(records)
+    packed = b"".join(getattr(record, field) for record in records)
+    return pa.array(np.frombuffer(packed, dtype="<i4"), type=EVENT_COLUMNS[column])
+
+
+def _packed_hashes(records: list[Any]) -> pa.Array:
+    """The low 64 bits of every block hash of the records, in order."""
+    widths = {
+        len(record.block_hashes) // num_blocks(record) for record in records if record.block_ids
+    }
+    if len(widths) > 1:  # engines hashing at different widths: one record at a time
+        return pa.concat_arrays([_packed_hashes([record]) for record in records])
+    packed = b"".join(record.block_hashes for record in records)
+    return pa.array(_low_64_bits(packed, widths.pop() if widths else 8), type=pa.uint64())
+
+
+def _parent_hashes(records: list[Store], block_hashes: pa.Array, starts: np.ndarray) -> pa.Array:
+    """Each stored block's parent: the block before it, or the record's parent for its first."""
+    values = np.empty(len(block_hashes), dtype=np.uint64)
+    values[1:] = block_hashes.to_numpy()[:-1]
+    parents = hash64([record.parent_block_hash for record in records])
+    values[starts] = parents.fill_null(0).to_numpy()
+    mask = np.zeros(len(block_hashes), dtype=bool)
+    mask[starts] = parents.is_null().to_numpy(zero_copy_only=False)
+    return pa.array(values, type=pa.uint64(), mask=mask)
 
 
 def _plain_table(records: list[Any], fields: Sequence[str], drop: set[str]) -> pa.Table:
