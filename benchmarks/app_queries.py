@@ -39,6 +39,13 @@ from collector.store.run_file import RunFile, RunStore
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 
 SECRET = b"kvscope-benchmark"
+OPTIONS = ReplayOptions(
+    settings=CacheSettings(block_size=16, num_blocks=2_400),
+    timing="timestamps",
+    max_num_seqs=32,
+    record_token_ids=True,
+    reveal_tenants=True,
+)
 Call = Callable[[], Any]
 
 
@@ -48,6 +55,17 @@ def build_run(cache: Path, copies: int) -> Path:
     run = cache / f"app-queries-schema{SCHEMA_VERSION}-{layout[:8]}-{copies}x.duckdb"
     if run.exists():
         return run
+    trace = workload_trace(cache, copies)
+    print(f"replaying {trace} into {run} (once; a few minutes)", flush=True)
+    started = time.perf_counter()
+    replay(trace, run, OPTIONS, SECRET)
+    print(f"replayed in {time.perf_counter() - started:.0f} s", flush=True)
+    return run
+
+
+def workload_trace(cache: Path, copies: int) -> Path:
+    """The sample workload drawn `copies` times with different seeds, laid end to end on the
+    clock, as a trace under `cache` (written once)."""
     cache.mkdir(parents=True, exist_ok=True)
     trace = cache / f"app-queries-{copies}x.jsonl"
     if not trace.exists():
@@ -60,18 +78,7 @@ def build_run(cache: Path, copies: int) -> Path:
                 rows.append(row)
         rows.sort(key=lambda row: (row["timestamp"], row["request_id"]))
         write_trace(rows, trace)
-    options = ReplayOptions(
-        settings=CacheSettings(block_size=16, num_blocks=2_400),
-        timing="timestamps",
-        max_num_seqs=32,
-        record_token_ids=True,
-        reveal_tenants=True,
-    )
-    print(f"replaying {trace} into {run} (once; a few minutes)", flush=True)
-    started = time.perf_counter()
-    replay(trace, run, options, SECRET)
-    print(f"replayed in {time.perf_counter() - started:.0f} s", flush=True)
-    return run
+    return trace
 
 
 def page_calls(store: RunFile, window: TimeWindow, second: RunFile) -> dict[str, dict[str, Call]]:

@@ -21,11 +21,13 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from collector.store.derived_tables import DerivedTables, Step
 from collector.store.ingest import to_batch
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 from engine_hooks.events import Event
 
 FLUSH_RECORDS = 250_000
+COPY_CHUNK_BYTES = 16 << 20
 KVSCOPE_VERSION = "0.1.0"
 # A run file is DuckDB's own format: a file of another kind is refused before DuckDB sees it,
 # and DuckDB never fetches or loads an extension for a run (it would go to the network).
@@ -103,6 +105,9 @@ class RunFile:
     def frame(self, sql: str, parameters: Parameters = None) -> pd.DataFrame:
         return self._connection.execute(sql, parameters).df()
 
+    def arrow(self, sql: str, parameters: Parameters = None) -> pa.Table:
+        return self._connection.sql(sql, params=parameters).to_arrow_table()
+
     def cursor(self) -> RunFile:
         """The same run through a cursor of its own (one per thread, as Streamlit runs pages)."""
         return RunFile(self._connection.cursor(), self.path)
@@ -135,6 +140,9 @@ class RunStore(RunFile):
         super().__init__(connection, path)
         self._pending: list[Event] = []
         self.num_records = 0
+        self.num_rows = 0
+        self._derived = DerivedTables(connection)
+        self._reader: int | None = None  # the run file, for copy_to
 
     @classmethod
     def create(cls, path: Path, config: RunConfig) -> Self:
@@ -234,6 +242,7 @@ class RunStore(RunFile):
         try:
             for name, table in tables.items():
                 if table.num_rows:
+                    self.num_rows += table.num_rows
                     connection.register("_batch", table)
                     connection.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _batch")
                     connection.unregister("_batch")
@@ -242,31 +251,52 @@ class RunStore(RunFile):
             raise
         connection.commit()
 
-    def refresh_derived(self) -> None:
-        """Flush, then rebuild the derived tables from the events so far."""
+    def refresh_derived(self, rebuild: bool = False) -> None:
+        """Flush, then bring the derived tables up to the events so far: the eviction ages
+        from the rows new since the last refresh, and the tables derived whole when
+        `rebuild` or when due (`collector/store/derived_tables.py`)."""
         self.flush()
-        for statement in DERIVED_STATEMENTS:
-            self._connection.execute(statement)
+        self._derived.refresh(rebuild)
+
+    @property
+    def derived_stale(self) -> bool:
+        """Whether the last refresh left `requests` and the rollups behind the events."""
+        return self._derived.stale
+
+    def refresh_steps(self, rebuild: bool) -> list[Step]:
+        """What `refresh_derived` does after flushing, in order, each named by what it
+        derives (benchmarks/live_refresh.py times them one by one)."""
+        return self._derived.steps(rebuild)
 
     def copy_to(self, destination: Path) -> None:
-        """Write a consistent copy of the whole run file to `destination`, atomically."""
+        """Write a consistent copy of the whole run file to `destination`, atomically. A
+        checkpoint leaves everything committed in the file itself, which nothing writes
+        again before the copy is made: this connection is the file's one writer.
+
+        The file is read through one descriptor kept open until the store closes: closing
+        any descriptor of a file drops the process's POSIX locks on it, DuckDB's among
+        them, and other processes could then open the run file while it is written."""
+        self._connection.execute("CHECKPOINT")
+        if self._reader is None:
+            self._reader = os.open(self.path, os.O_RDONLY)
         temporary = destination.with_name(f".{destination.name}.tmp")
-        temporary.unlink(missing_ok=True)
-        row = self._connection.execute("SELECT current_database()").fetchone()
-        assert row is not None
-        source = '"' + str(row[0]).replace('"', '""') + '"'
-        target = "'" + str(temporary).replace("'", "''") + "'"
-        self._connection.execute(f"ATTACH {target} AS kvscope_copy")
-        try:
-            self._connection.execute(f"COPY FROM DATABASE {source} TO kvscope_copy")
-        finally:
-            self._connection.execute("DETACH kvscope_copy")
+        with temporary.open("wb") as copy:
+            offset = 0
+            while chunk := os.pread(self._reader, COPY_CHUNK_BYTES, offset):
+                copy.write(chunk)
+                offset += len(chunk)
         os.replace(temporary, destination)
 
+    def close(self) -> None:
+        super().close()
+        if self._reader is not None:
+            os.close(self._reader)  # after DuckDB let go of the file and of its lock
+            self._reader = None
+
     def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
-        """Flush, rebuild the derived tables, stamp the run as finished, and remove the live
-        copy a collector published of it (readers now read the run itself)."""
-        self.refresh_derived()
+        """Flush, bring every derived table up to date, stamp the run as finished, and remove
+        the live copy a collector published of it (readers now read the run itself)."""
+        self.refresh_derived(rebuild=True)
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
         self._connection.execute(
             "UPDATE runs SET finished_at = ?, vllm_prefix_cache_queries = ?, "
@@ -324,13 +354,15 @@ def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
 
 def _damage(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     """What is wrong with a run file of the right schema version, if anything."""
+    # DuckDB truncates free blocks at the end of a file, so only blocks in use must be there.
     size = connection.execute(
-        "SELECT block_size * total_blocks FROM pragma_database_size() "
+        "SELECT block_size * used_blocks FROM pragma_database_size() "
         "WHERE database_name = current_database()"
     ).fetchone()
     if size is not None and path.stat().st_size < size[0]:
         return (
-            f"{path.stat().st_size:,} bytes where DuckDB's header promises {size[0]:,} (cut short)"
+            f"{path.stat().st_size:,} bytes where DuckDB's header promises {size[0]:,} in use "
+            "(cut short)"
         )
     tables = {
         row[0]

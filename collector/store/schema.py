@@ -150,61 +150,9 @@ CREATE_STATEMENTS = (
     *VLLM_KV_STATEMENTS,
 )
 
-# Each evicted block's age (since its last store) and the hits it got meanwhile, from the
-# same engine's store and hit rows of that block id: the engine does not count them. Only
-# rows still NULL are filled, so a live run's refresh does the new evictions only; a block
-# whose store was lost with dropped records keeps NULL (unknown).
-_EVICTION_AGES = """
-    UPDATE events SET age_ns = aged.age_ns, num_hits = aged.num_hits
-    FROM (
-        WITH keyed AS (
-            SELECT seq, pos, kind, ts_ns, block_id, age_ns,
-                coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
-            FROM events WHERE kind IN ('evict', 'store', 'hit')
-        ),
-        evicted AS (
-            SELECT seq, pos, ts_ns, engine, rank, block_id
-            FROM keyed WHERE kind = 'evict' AND age_ns IS NULL
-        ),
-        stored AS (
-            SELECT seq AS store_seq, ts_ns AS store_ns, engine, rank, block_id
-            FROM keyed WHERE kind = 'store'
-        ),
-        hits AS (
-            SELECT seq AS hit_seq, engine, rank, block_id,
-                row_number() OVER (PARTITION BY engine, rank, block_id ORDER BY seq)
-                    AS hits_so_far
-            FROM keyed WHERE kind = 'hit'
-        ),
-        since_store AS (
-            SELECT evicted.*, stored.store_seq, evicted.ts_ns - stored.store_ns AS age_ns
-            FROM evicted ASOF JOIN stored
-                ON evicted.engine = stored.engine AND evicted.rank = stored.rank
-                AND evicted.block_id = stored.block_id AND stored.store_seq < evicted.seq
-        ),
-        hits_at_evict AS (
-            SELECT since_store.*, coalesce(hits.hits_so_far, 0) AS hits_then
-            FROM since_store ASOF LEFT JOIN hits
-                ON since_store.engine = hits.engine AND since_store.rank = hits.rank
-                AND since_store.block_id = hits.block_id AND hits.hit_seq < since_store.seq
-        )
-        SELECT hits_at_evict.seq, hits_at_evict.pos, hits_at_evict.engine,
-            hits_at_evict.rank, hits_at_evict.age_ns,
-            hits_at_evict.hits_then - coalesce(hits.hits_so_far, 0) AS num_hits
-        FROM hits_at_evict ASOF LEFT JOIN hits
-            ON hits_at_evict.engine = hits.engine AND hits_at_evict.rank = hits.rank
-            AND hits_at_evict.block_id = hits.block_id
-            AND hits.hit_seq < hits_at_evict.store_seq
-    ) AS aged
-    WHERE events.kind = 'evict' AND events.seq = aged.seq AND events.pos = aged.pos
-        AND coalesce(events.engine_id, '') = aged.engine
-        AND coalesce(events.dp_rank, 0) = aged.rank
-"""
-
-# Derived from events by `finalize` (and each live refresh), in this order; tables are
-# rebuilt whole each time.
+# The tables derived whole from the events by `finalize` (and by live refreshes, spaced by
+# their cost), in this order. The eviction ages are derived as rows arrive: eviction_ages.py.
 DERIVED_STATEMENTS = (
-    _EVICTION_AGES,
     """CREATE OR REPLACE TABLE requests AS
     SELECT
         request_id,

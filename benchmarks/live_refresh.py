@@ -1,0 +1,175 @@
+"""What one live refresh of `kvscope collect` costs, part by part, at two run sizes.
+
+Every `--live-interval` seconds while records arrive, the collector refreshes the derived
+tables of the run file it writes (`RunStore.refresh_derived`) and publishes a readable copy
+of it (`RunStore.copy_to`). This script builds runs of about 1 and 10 million rows: the
+sample workload (`kvscope generate`) drawn --copies times and replayed as
+benchmarks/app_queries.py replays it, the stream's last 2 x --batches x --batch-records
+records held back. Each run is built once (minutes) under --cache (default
+/tmp/kvscope-bench) and never committed.
+
+On a copy of each run, resumed as a collector restarted on it would open it, it times the
+first refresh (the whole file is new to this process), then --batches rounds of three
+refreshes: one with nothing new, one after appending the next batch of held-back records
+(the stream goes on where the file stops: stores, hits and evictions of blocks the file
+holds), and one after the batch after that which also rebuilds the tables derived whole
+(requests and rollups), as a live refresh does when that rebuild is due. Each part is timed
+alone: the flush of the batch into the file, every step of the refresh, and the copy.
+Prints seconds per part, the median of the rounds.
+
+    python benchmarks/live_refresh.py [--copies 10,100] [--batches 3] [--batch-records 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+
+import duckdb
+import msgspec
+from app_queries import OPTIONS, SECRET, workload_trace
+
+from collector.queries.summary import run_summary
+from collector.replay.replayer import load_requests, replay_into
+from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path
+from collector.store.schema import CREATE_STATEMENTS, SCHEMA_VERSION
+from engine_hooks.events import Event, decoder, encoder
+
+
+class HoldingBack(RunStore):
+    """A run store that keeps the last `num_held` records of its stream out of the file,
+    and at the end refreshes the derived tables (as a live refresh did) without finishing."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+        super().__init__(connection, path)
+        self.held: deque[Event] = deque()
+        self.num_held = 0
+
+    def append(self, records: list[Event]) -> None:
+        self.held.extend(records)
+        overflow = len(self.held) - self.num_held
+        if overflow > 0:
+            super().append([self.held.popleft() for _ in range(overflow)])
+
+    def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
+        self.refresh_derived(rebuild=True)
+
+
+def build_run(cache: Path, copies: int, num_held: int) -> tuple[Path, list[Event]]:
+    """An unfinished run of `copies` sample workloads without its last `num_held` records,
+    and those records; replayed once and then reused while the run-file layout and the
+    records' format hold."""
+    records = msgspec.json.encode(msgspec.json.schema(list[Event]))
+    layout = hashlib.sha256("".join(CREATE_STATEMENTS).encode() + records).hexdigest()[:8]
+    run = cache / f"live-refresh-schema{SCHEMA_VERSION}-{layout}-{copies}x-{num_held}.duckdb"
+    held = run.with_suffix(".held.msgpack")
+    if not (run.exists() and held.exists()):
+        trace = workload_trace(cache, copies)
+        print(f"replaying {trace} into {run} (once; minutes)", flush=True)
+        started = time.perf_counter()
+        temporary = run.with_name(f".{run.name}.building")
+        temporary.unlink(missing_ok=True)
+        settings = OPTIONS.settings
+        config = RunConfig(
+            "replay", settings.block_size, settings.num_blocks, settings.hash_algo, "benchmark"
+        )
+        store = HoldingBack.create(temporary, config)
+        store.num_held = num_held
+        replay_into(store, load_requests(trace, OPTIONS), OPTIONS, SECRET, lambda _: None)
+        held.write_bytes(encoder().encode(list(store.held)))
+        store.close()
+        temporary.rename(run)
+        print(f"replayed in {time.perf_counter() - started:.0f} s", flush=True)
+    return run, decoder().decode(held.read_bytes())
+
+
+Timings = dict[str, float]
+
+
+def timed_refresh(store: RunStore, records: list[Event], rebuild: bool) -> Timings:
+    """Append `records`, then refresh (rebuilding the tables derived whole or not) and
+    publish as a live collector does, part by part."""
+    timings: Timings = {}
+    started = time.perf_counter()
+    store.append(records)
+    store.flush()
+    timings["flush (the new records)"] = time.perf_counter() - started
+    for name, step in store.refresh_steps(rebuild):
+        started = time.perf_counter()
+        step()
+        timings[name] = time.perf_counter() - started
+    started = time.perf_counter()
+    store.copy_to(live_copy_path(store.path))
+    timings["copy_to"] = time.perf_counter() - started
+    return timings
+
+
+def measure(run: Path, held: list[Event], batches: int) -> dict[str, list[Timings]]:
+    """The first refresh of a resumed copy of `run`, then per round: one with nothing new,
+    one with the next batch of held-back records, and one with the batch after it that
+    rebuilds the tables derived whole as well."""
+    work = run.with_name("live-refresh-work.duckdb")
+    shutil.copyfile(run, work)
+    size = len(held) // (2 * batches)
+    new_batches = iter(held[start : start + size] for start in range(0, len(held), size))
+    store = RunStore.resume(work)
+    rounds = {"first refresh": [timed_refresh(store, [], rebuild=True)]}
+    for _ in range(batches):
+        rounds.setdefault("nothing new", []).append(timed_refresh(store, [], rebuild=False))
+        new = timed_refresh(store, next(new_batches), rebuild=False)
+        rounds.setdefault(f"{size:,} new", []).append(new)
+        rebuilt = timed_refresh(store, next(new_batches), rebuild=True)
+        rounds.setdefault(f"{size:,} new, rebuild", []).append(rebuilt)
+    store.close()
+    work.unlink()
+    live_copy_path(work).unlink()
+    return rounds
+
+
+def report(title: str, rounds: dict[str, list[Timings]]) -> None:
+    """Print each part's median seconds per kind of refresh, and the refresh's total."""
+    medians = {
+        column: {part: statistics.median(values) for part, values in _by_part(timings).items()}
+        for column, timings in rounds.items()
+    }
+    print(f"\n{title}")
+    print(f"  {'part':<26}" + "".join(f" {column:>20}" for column in medians))
+    for part in medians["first refresh"]:
+        cells = (f"{row[part]:.3f}" if part in row else "-" for row in medians.values())
+        print(f"  {part:<26}" + "".join(f" {cell:>20}" for cell in cells))
+    totals = [statistics.median(sum(one.values()) for one in runs) for runs in rounds.values()]
+    print(f"  {'total':<26}" + "".join(f" {total:20.3f}" for total in totals))
+
+
+def _by_part(rounds: list[Timings]) -> dict[str, list[float]]:
+    return {part: [timings[part] for timings in rounds] for part in rounds[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--copies", default="10,100", help="run sizes, in sample workloads")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--batch-records", type=int, default=5_000)
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/kvscope-bench"))
+    args = parser.parse_args()
+    for copies in (int(text) for text in args.copies.split(",")):
+        run, held = build_run(args.cache, copies, 2 * args.batches * args.batch_records)
+        with RunFile.open(run) as run_file:
+            num_rows = run_summary(run_file)["events"]
+        rounds = measure(run, held, args.batches)
+        title = (
+            f"{run.name}: {num_rows:,} rows (events, pool, collisions); seconds per part, "
+            f"median of {args.batches} rounds"
+        )
+        report(title, rounds)
+
+
+if __name__ == "__main__":
+    main()
