@@ -106,6 +106,12 @@ def _run_collect(args: argparse.Namespace) -> int:
         f"{stats.missing_records:,} missing, {stats.rejected.total:,} messages rejected",
         flush=True,
     )
+    if stats.ingest_s:
+        print(
+            f"kvscope collect: {stats.rows:,} rows written in {stats.ingest_s:.2f} s of ingest "
+            f"({stats.rows / stats.ingest_s:,.0f} rows/s)",
+            flush=True,
+        )
     if stats.rejected.total:
         reasons = ", ".join(
             f"{count:,} {reason}" for reason, count in stats.rejected.by_reason.items()

@@ -7,7 +7,10 @@ every `live_interval_s` seconds while records arrive: readers never touch the fi
 written, and never see a lock error. When the receiver stops, it finalizes the run file
 and removes the copy.
 
-A batch is acknowledged to its engine only after its records are committed. A gap in an
+A batch is acknowledged to its engine only after its records are committed. Batches are
+committed together, at most every `commit_interval_s` (DuckDB appends a million rows in one
+transaction several times faster than in thirty), so an engine's acknowledgements come that
+much later; its in-flight allowance covers many seconds of batches. A gap in an
 engine's record numbers (records its buffer refused, or batches lost on the way) is stored
 as a `drop` record at the first missing number, saying how many records are missing.
 
@@ -47,6 +50,10 @@ class _EngineStream:
 class ReceiverStats:
     batches: int = 0
     records: int = 0
+    # Wall seconds spent taking engines' batches in (decode, check, convert, commit), and
+    # the rows this collector wrote to the run file: its ingest rate.
+    ingest_s: float = 0.0
+    rows: int = 0
     missing_records: int = 0
     snapshots: int = 0
     rejected: Rejections = field(default_factory=Rejections)
@@ -62,6 +69,7 @@ class Receiver:
         endpoint: str,
         *,
         live_interval_s: float = 5.0,
+        commit_interval_s: float = 0.5,
         observers: tuple[BatchObserver, ...] = (),
         kv_event_sources: tuple[VllmKvEventSubscriber, ...] = (),
         kv_event_run_config: RunConfig | None = None,
@@ -71,6 +79,7 @@ class Receiver:
         self.run_path = run_path
         self.endpoint = endpoint
         self.live_interval_s = live_interval_s
+        self.commit_interval_s = commit_interval_s
         self.observers = observers
         self.stats = ReceiverStats()
         self.store: RunStore | None = None
@@ -89,6 +98,8 @@ class Receiver:
         self._socket = self._listener.socket
         self._last_snapshot = time.monotonic()
         self._dirty = False
+        self._unacknowledged: dict[bytes, list[int]] = {}  # stored, not yet committed
+        self._first_unacknowledged_at = 0.0
         # A run resumed keeps its settings unless vLLM's KV events began it (guesses).
         self._settings_from_engine = self.store is not None and self.store.source == "engine"
 
@@ -100,6 +111,8 @@ class Receiver:
                 wait_ms = 50 if self.kv_event_sources else 100
                 received = bool(self._socket.poll(wait_ms)) and self._receive_available()
                 received = self._receive_kv_events(poll_ms=wait_ms) or received
+                if time.monotonic() - self._first_unacknowledged_at >= self.commit_interval_s:
+                    self._commit()
                 if received:
                     last_batch_at = time.monotonic()
                 elif (
@@ -108,9 +121,13 @@ class Receiver:
                     and time.monotonic() - last_batch_at > idle_exit_s
                 ):
                     break
-                if self._dirty and time.monotonic() - self._last_snapshot > self.live_interval_s:
-                    self.publish_snapshot()
+                if time.monotonic() - self._last_snapshot > self.live_interval_s:
+                    if self._dirty:
+                        self.publish_snapshot()
+                    elif self.store is not None and self.store.derived_stale:
+                        self.publish_snapshot(rebuild=True)  # records stopped: catch up
             self._receive_available()
+            self._commit()
             for source in self.kv_event_sources:
                 self._store_kv_events(source.catch_up(), source)
         finally:
@@ -137,8 +154,9 @@ class Receiver:
         return True
 
     def _receive_available(self) -> bool:
-        """Take every waiting message, commit them in one transaction, then acknowledge."""
-        acks: dict[bytes, list[int]] = {}
+        """Take every waiting message; their acknowledgements wait for the next commit."""
+        received = False
+        started = time.perf_counter()
         while self._socket.poll(0):
             try:
                 identity, header, records = self._decoder.decode(self._socket.recv_multipart())
@@ -146,15 +164,25 @@ class Receiver:
                 self.stats.rejected.count(rejected)
                 continue
             self._store_batch(header, records)
-            acks.setdefault(identity, []).append(header.batch_seq)
-        if not acks:
-            return False
+            if not self._unacknowledged:
+                self._first_unacknowledged_at = time.monotonic()
+            self._unacknowledged.setdefault(identity, []).append(header.batch_seq)
+            received = True
+        self.stats.ingest_s += time.perf_counter() - started
+        return received
+
+    def _commit(self) -> None:
+        """Commit what was received in one transaction, then acknowledge it."""
+        if not self._unacknowledged:
+            return
         assert self.store is not None
+        started = time.perf_counter()
         self.store.flush()
+        self.stats.ingest_s += time.perf_counter() - started
         self._dirty = True
-        for identity, batch_seqs in acks.items():
+        for identity, batch_seqs in self._unacknowledged.items():
             self._socket.send_multipart([identity, self._encoder.encode(Ack(batch_seqs))])
-        return True
+        self._unacknowledged = {}
 
     def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:
         if self.store is None:
@@ -174,11 +202,12 @@ class Receiver:
         for observe in self.observers:
             observe(header, stored)
 
-    def publish_snapshot(self) -> None:
-        """Refresh the derived tables and publish a readable copy of the run file."""
+    def publish_snapshot(self, rebuild: bool = False) -> None:
+        """Refresh the derived tables (rebuilding those derived whole if `rebuild`) and
+        publish a readable copy of the run file."""
         if self.store is None:
             return
-        self.store.refresh_derived()
+        self.store.refresh_derived(rebuild)
         self.store.copy_to(live_copy_path(self.run_path))
         self.stats.snapshots += 1
         self._last_snapshot = time.monotonic()
@@ -191,6 +220,7 @@ class Receiver:
         if self.store is None:
             return
         self.store.finalize()
+        self.stats.rows = self.store.num_rows
         self.store.close()
         self.store = None
 
