@@ -9,16 +9,31 @@ from dataclasses import dataclass
 
 from engine_hooks.endpoint import default_endpoint
 
+# vLLM's prefix-caching hashes (`--prefix-caching-hash-algo`): SHA-256 (its default, with
+# pickle or CBOR) is cryptographic, so two different prefixes sharing a hash takes about 2^128
+# blocks, or a break of SHA-256; xxHash's 128 bits are as wide but not built against crafted
+# inputs (vLLM's own docs warn of collisions across tenants). The collision check (BLAKE2b
+# fingerprints) costs about half again the block manager's time, so it is on where the hash
+# can collide in practice: xxHash.
+NON_CRYPTOGRAPHIC_HASHES = frozenset({"xxhash", "xxhash_cbor"})
 
-def _flag(environment: Mapping[str, str], name: str, default: bool) -> bool:
+
+def checks_collisions(setting: bool | None, hash_algo: str) -> bool:
+    """Whether to run the collision check: as set, or (None: auto) for a non-cryptographic
+    hash."""
+    return hash_algo in NON_CRYPTOGRAPHIC_HASHES if setting is None else setting
+
+
+def _flag(environment: Mapping[str, str], name: str, default: bool | None) -> bool | None:
     value = environment.get(name)
-    if value is None or value == "":
+    if value is None or value == "" or (default is None and value.lower() == "auto"):
         return default
     if value.lower() in ("1", "true", "yes", "on"):
         return True
     if value.lower() in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off")
+    auto = " (or auto)" if default is None else ""
+    raise ValueError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off{auto}")
 
 
 @dataclass(frozen=True)
@@ -28,12 +43,13 @@ class CaptureConfig:
     enabled: bool = False
     endpoint: str = ""
     engine_id: str = ""
-    check_collisions: bool = True
+    check_collisions: bool | None = None  # None: auto (checks_collisions)
     record_token_ids: bool = False
     reveal_tenants: bool = False
     tenant_from_salt: bool = False
     buffer_capacity: int = 500_000
     max_in_flight: int = 256
+    max_backlog_mb: int = 256
     flush_timeout_s: float = 5.0
 
     @classmethod
@@ -49,14 +65,15 @@ class CaptureConfig:
         if tenant_from not in ("extra_args", "salt"):
             raise ValueError(f"KVSCOPE_TENANT_FROM={tenant_from!r}: expected extra_args or salt")
         return cls(
-            enabled=_flag(env, "KVSCOPE_CAPTURE", False),
+            enabled=bool(_flag(env, "KVSCOPE_CAPTURE", False)),
             endpoint=endpoint,
             engine_id=env.get("KVSCOPE_ENGINE_ID") or f"{socket.gethostname()}:{os.getpid()}",
-            check_collisions=_flag(env, "KVSCOPE_CHECK_COLLISIONS", True),
-            record_token_ids=_flag(env, "KVSCOPE_RECORD_TOKEN_IDS", False),
-            reveal_tenants=_flag(env, "KVSCOPE_REVEAL_TENANTS", False),
+            check_collisions=_flag(env, "KVSCOPE_CHECK_COLLISIONS", None),
+            record_token_ids=bool(_flag(env, "KVSCOPE_RECORD_TOKEN_IDS", False)),
+            reveal_tenants=bool(_flag(env, "KVSCOPE_REVEAL_TENANTS", False)),
             tenant_from_salt=tenant_from == "salt",
             buffer_capacity=int(env.get("KVSCOPE_BUFFER_CAPACITY", "500000")),
             max_in_flight=int(env.get("KVSCOPE_MAX_IN_FLIGHT", "256")),
+            max_backlog_mb=int(env.get("KVSCOPE_MAX_BACKLOG_MB", "256")),
             flush_timeout_s=float(env.get("KVSCOPE_FLUSH_TIMEOUT_S", "5")),
         )

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from engine_hooks.buffer import EventBuffer
-from engine_hooks.config import CaptureConfig
+from engine_hooks.config import CaptureConfig, checks_collisions
 from engine_hooks.endpoint import engine_token
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer, load_secret
@@ -121,13 +121,15 @@ class Capture:
         dp_rank = int(vllm_config.parallel_config.data_parallel_rank or 0)
         self.buffer = EventBuffer(config.buffer_capacity)
         self.pseudonymizer = Pseudonymizer(load_secret(), reveal_tenants=config.reveal_tenants)
+        hash_algo = str(vllm_config.cache_config.prefix_caching_hash_algo)
+        self.check_collisions = checks_collisions(config.check_collisions, hash_algo)
         self.hooks = KVCacheHooks(
             scheduler.kv_cache_manager,
             self.buffer,
             pseudonymizer=self.pseudonymizer,
             clock=time.monotonic_ns,
             record_token_ids=config.record_token_ids,
-            check_collisions=config.check_collisions,
+            check_collisions=self.check_collisions,
         )
         self.transport = Transport(
             self.buffer,
@@ -137,6 +139,7 @@ class Capture:
             config=self._run_config(),
             lost_in_engine=lambda: self.hooks.num_lost,
             max_in_flight=config.max_in_flight,
+            max_backlog_bytes=config.max_backlog_mb << 20,
             token=engine_token(),
         )
         self._wrapped: list[str] = []
@@ -152,7 +155,7 @@ class Capture:
             "vllm_version": str(vllm.__version__),
             "model": str(vllm_config.model_config.model),
             "max_num_seqs": int(vllm_config.scheduler_config.max_num_seqs),
-            "check_collisions": self.config.check_collisions,
+            "check_collisions": self.check_collisions,
             "record_token_ids": self.config.record_token_ids,
         }
 

@@ -4,11 +4,13 @@ Wire protocol (ZMQ DEALER -> the collector's ROUTER): each message is two frames
 header (`BatchHeader`) and a msgpack list of records (`engine_hooks.events`). The collector
 answers `Ack(batch_seqs)` with the numbers of the batches it has just committed to DuckDB.
 
-A batch counts as delivered when it is acknowledged. ZMQ queues what is sent before a
-collector is connected (up to `max_in_flight` batches) and hands it over on connection, so
-an engine's first burst waits for a collector that starts a little later. A batch is
-dropped, and its records counted in `num_dropped`, when `max_in_flight` batches already
-await acknowledgement (no collector, or a slow one), when a later batch is acknowledged
+A batch counts as delivered when it is acknowledged. Until then it is the backlog: ZMQ
+queues what a collector has not taken yet (none connected yet, or one briefly busy with a
+live refresh or a checkpoint) and hands it over when it can, so an engine's first burst
+waits for a collector that starts a little later and a slow moment costs nothing. The
+backlog is bounded twice: at most `max_in_flight` batches and `max_backlog_bytes` of encoded
+records (one batch alone always goes). A batch is dropped, and its records counted in
+`num_dropped`, only when it would pass either bound, when a later batch is acknowledged
 before it (it went to a collector that stopped before storing it: one connection delivers
 in order), or when it is still unacknowledged at `stop` (after up to the flush timeout
 while a collector is connected).
@@ -42,6 +44,7 @@ from engine_hooks.events import (
 )
 
 MAX_RECORDS_PER_BATCH = 50_000
+DEFAULT_MAX_BACKLOG_BYTES = 256 << 20
 # The largest frame a collector accepts (ZMQ disconnects a peer that sends more, before
 # anything is decoded); the transport splits a batch that would encode larger.
 MAX_FRAME_BYTES = 16 << 20
@@ -94,6 +97,7 @@ class Transport:
         lost_in_engine: Any = None,
         interval_s: float = 0.05,
         max_in_flight: int = 256,
+        max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
         token: bytes | None = None,
     ) -> None:
         self._buffer = buffer
@@ -104,10 +108,12 @@ class Transport:
         self._lost_in_engine = lost_in_engine or (lambda: 0)
         self._interval_s = interval_s
         self._max_in_flight = max_in_flight
+        self._max_backlog_bytes = max_backlog_bytes
         self._token = token
         self._encoder = msgspec.msgpack.Encoder()
         self._ack_decoder = msgspec.msgpack.Decoder(Ack)
-        self._in_flight: deque[tuple[int, int]] = deque()
+        self._in_flight: deque[tuple[int, int, int]] = deque()  # batch, records, bytes
+        self._backlog_bytes = 0
         self._next_batch = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -155,6 +161,7 @@ class Transport:
                 self._receive_acks()
         self.num_dropped += self.num_in_flight
         self._in_flight.clear()
+        self._backlog_bytes = 0
         self._socket.disable_monitor()
         self._monitor.close(linger=0)
         self._socket.close(linger=0)
@@ -164,7 +171,7 @@ class Transport:
 
     @property
     def num_in_flight(self) -> int:
-        return sum(count for _, count in self._in_flight)
+        return sum(count for _, count, _ in self._in_flight)
 
     def _run(self) -> None:
         # One batch per interval, however many records arrive in it: the batch rate, and so
@@ -205,6 +212,9 @@ class Transport:
             self._send(records[:half])
             self._send(records[half:])
             return
+        if self._in_flight and self._backlog_bytes + len(encoded) > self._max_backlog_bytes:
+            self.num_dropped += len(records)  # the backlog is full
+            return
         header = BatchHeader(
             self.engine_id,
             self.dp_rank,
@@ -220,7 +230,8 @@ class Transport:
         except zmq.Again:
             self.num_dropped += len(records)  # ZMQ's queue is full
             return
-        self._in_flight.append((self._next_batch, len(records)))
+        self._in_flight.append((self._next_batch, len(records), len(encoded)))
+        self._backlog_bytes += len(encoded)
         self._next_batch += 1
         self.num_sent += len(records)
 
@@ -233,7 +244,8 @@ class Transport:
                 continue  # not from a kvscope collector: the engine does not trust it
             newest = max(acked, default=-1)
             while self._in_flight and self._in_flight[0][0] <= newest:
-                batch_seq, num_records = self._in_flight.popleft()
+                batch_seq, num_records, num_bytes = self._in_flight.popleft()
+                self._backlog_bytes -= num_bytes
                 if batch_seq in acked:
                     self.num_delivered += num_records
                 else:  # a later batch got through first: this one never will
