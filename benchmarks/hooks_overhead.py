@@ -1,20 +1,27 @@
-"""Overhead of kvscope's hooks on vLLM's real KV cache manager, measured side by side.
+"""What capture costs vLLM's real KV cache manager, and whether the collector keeps up.
 
-Replays the Mooncake synthetic trace (sequential timing) through a fresh `KVCacheManager`
-per run, in these configurations, interleaved round-robin so drift hits all alike:
-  bare        no hooks, no KV events
-  kv-events   vLLM's own KV events on, drained every step (what --kv-events-config costs)
-  hooks       kvscope's hooks attached, records drained every step (the capture cost)
-  capture     hooks + the transport thread shipping msgpack batches to a real
-              `kvscope collect` process that writes DuckDB (what an engine pays live)
+Replays the Mooncake synthetic trace (sequential timing) through a fresh `KVCacheManager`,
+in these configurations, interleaved round-robin so drift hits all alike:
+  bare                no hooks, no KV events
+  kv-events           vLLM's own KV events on, drained every step (what --kv-events-config costs)
+  hooks               kvscope's hooks attached, records drained every step
+  capture             hooks + the transport thread shipping msgpack batches to a real
+                      `kvscope collect` process that writes DuckDB: what KVSCOPE_CAPTURE=1
+                      costs an engine with vLLM's default hash (sha256: no collision check)
   capture+collisions  as capture, with the collision check on (fingerprints per block)
-Prints each configuration's median CPU time (process time: steadier than wall time on a
-shared machine) and the median over rounds of its time / the same round's bare time.
-Only the replaying process's CPU is counted (the collector is another process, and every
-run waits until the collector has gone quiet: on a 2-core machine a collector still writing
-the last capture's records slows the other core's run by up to a third). Trace
-reading is not timed; prompt hashing by vLLM is (it is part of every engine's work).
-Like vLLM's EngineCore, each run freezes the startup heap (`freeze_gc_heap`) before it starts.
+Every run is a fresh Python process (a run leaves a heap that slows the next: vLLM's KV
+events alone leave 3.6 million objects), and every capture run a fresh collector.
+
+Prints, per configuration: the median CPU seconds of the replaying process (every thread:
+the transport's encoding and sending count) and the median over rounds of its ratio to the
+same round's bare run; the records delivered and dropped in transport; the engine's peak
+RSS. Per capture run: the collector's CPU seconds per engine CPU second and its peak RSS,
+and its ingest rate (rows written per second of decoding, converting and committing, as
+`kvscope collect` reports it) beside DuckDB's own Arrow insert of the same rows into a new
+file, measured right after: in one transaction, and in as many as the collector committed.
+Trace reading is not timed; prompt hashing by vLLM is (it is part of every engine's work).
+Like vLLM's EngineCore, each run freezes the startup heap (`freeze_gc_heap`) before it
+starts.
 
     python benchmarks/hooks_overhead.py [--block-size 16] [--num-blocks 20000] [--rounds 3]
 """
@@ -22,121 +29,171 @@ Like vLLM's EngineCore, each run freezes the startup heap (`freeze_gc_heap`) bef
 from __future__ import annotations
 
 import argparse
-import gc
+import json
+import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
-from process_cpu import cpu_ticks
-from vllm.utils.gc_utils import freeze_gc_heap
+from process_cpu import CLOCK_TICKS, cpu_ticks
 
-from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.replay.simulator import Simulator, VirtualClock
-from collector.replay.traces import TraceRequest, read_trace
-from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-from engine_hooks.transport import Transport
-from tests.support.engine import collector_process as kvscope_collect
+from tests.support.engine import collector_process
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
+CONFIGS = ("bare", "kv-events", "hooks", "capture", "capture+collisions")
+INGEST_LINE = re.compile(r"([\d,]+) rows written in ([\d.]+) s of ingest .*, ([\d,]+) commits")
 
 
-def run_once(
-    config: str, requests: list[TraceRequest], settings: CacheSettings, endpoint: str
-) -> tuple[float, int]:
-    """One replay; returns CPU seconds and records captured."""
+def run_once(args: argparse.Namespace) -> dict[str, Any]:
+    """One replay in this process (the child's side); returns what it measured."""
+    import gc
+
+    from vllm.utils.gc_utils import freeze_gc_heap
+
+    from collector.replay.block_manager import (
+        CacheSettings,
+        make_block_hasher,
+        make_kv_cache_manager,
+    )
+    from collector.replay.simulator import Simulator, VirtualClock
+    from collector.replay.traces import read_trace
+    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+    from engine_hooks.transport import Transport
+
+    config = args.run
+    requests = read_trace(args.trace)[: args.limit]
+    settings = CacheSettings(args.block_size, args.num_blocks)
     manager = make_kv_cache_manager(settings, kv_events=config == "kv-events")
-    block_hasher = make_block_hasher(settings)
     clock = VirtualClock()
-    hooks: KVCacheHooks | None = None
-    transport: Transport | None = None
     buffer = EventBuffer()
+    hooks = None
+    transport = None
     captured = [0]
-    drain: Callable[[], None] = lambda: None  # noqa: E731
-    if config == "kv-events":
 
-        def drain() -> None:
+    def drain() -> None:
+        if config == "kv-events":
             captured[0] += len(manager.take_events())
-    elif config != "bare":
+        elif config == "hooks":
+            captured[0] += len(buffer.take())
+
+    if config not in ("bare", "kv-events"):
         hooks = KVCacheHooks(
             manager,
             buffer,
             pseudonymizer=Pseudonymizer(b"bench"),
             clock=clock,
             check_collisions=config == "capture+collisions",
-        )
-        hooks.attach()
-        if config == "hooks":
-
-            def drain() -> None:
-                captured[0] += len(buffer.take())
-        else:
+        ).attach()
+        if config != "hooks":
             run_config = {
                 "block_size": settings.block_size,
                 "num_blocks": settings.num_blocks,
                 "hash_algo": settings.hash_algo,
                 "vllm_version": "bench",
             }
-            transport = Transport(
-                buffer, endpoint, engine_id=f"bench-{time.monotonic_ns()}", config=run_config
-            )
-    simulator = Simulator(manager, hooks, clock, block_hasher, on_step=drain)
-    # As vLLM's EngineCore does once it is built: the startup heap leaves the GC's sight.
-    freeze_gc_heap()
+            transport = Transport(buffer, args.endpoint, engine_id="bench", config=run_config)
+    simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), on_step=drain)
+    freeze_gc_heap()  # as vLLM's EngineCore does once it is built
     start = time.process_time()
     if transport is not None:
         transport.start()
     simulator.run_sequential(requests, lambda _: None)
+    dropped = 0
     if transport is not None:
-        transport.stop(flush_timeout_s=120)
+        transport.stop(flush_timeout_s=300)
         captured[0] = transport.num_delivered
-        if transport.num_dropped:
-            print(f"    {transport.num_dropped:,} records dropped in transport")
+        dropped = transport.num_dropped
     elapsed = time.process_time() - start
-    if hooks is not None:
-        hooks.detach()
     gc.unfreeze()
-    return elapsed, captured[0]
+    return {
+        "cpu_s": elapsed,
+        "records": captured[0],
+        "dropped": dropped,
+        # Not getrusage: a forked child's ru_maxrss starts at its parent's peak.
+        "peak_rss_mb": peak_rss_mb(os.getpid()),
+    }
 
 
 @dataclass
-class Collector:
-    """A running `kvscope collect`: where to send, and its process."""
+class Tally:
+    """Per configuration, one entry per round."""
 
-    endpoint: str
-    process: subprocess.Popen[str]
-
-    def wait_until_quiet(self, quiet_s: float = 1.0, limit_s: float = 600) -> None:
-        """Wait until the collector has used (almost) no CPU for `quiet_s` (Linux only)."""
-        pid = self.process.pid
-        if not Path(f"/proc/{pid}").exists():
-            return
-        deadline = time.monotonic() + limit_s
-        last = cpu_ticks(pid)
-        while time.monotonic() < deadline:
-            time.sleep(quiet_s)
-            now = cpu_ticks(pid)
-            if now - last <= 2:  # clock ticks: the collector's idle poll, nothing more
-                return
-            last = now
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    ratios: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
 
-@contextmanager
-def collector_process() -> Iterator[Collector]:
-    """A real `kvscope collect` writing to a throwaway run file."""
-    with tempfile.TemporaryDirectory() as directory:
+def measure(config: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run in a fresh process; a capture run with a fresh collector beside it."""
+    with ExitStack() as stack:
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         endpoint = f"ipc://{directory}/bench.ipc"
-        run = Path(directory) / "bench.duckdb"
-        with kvscope_collect(run, endpoint, "--live-interval", "3600") as process:
-            yield Collector(endpoint, process)
+        run_path = directory / "bench.duckdb"
+        collector = None
+        if config.startswith("capture"):
+            collector = stack.enter_context(
+                collector_process(run_path, endpoint, "--live-interval", "3600")
+            )
+            collector_start = cpu_ticks(collector.pid)
+        command = [sys.executable, __file__, *child_arguments(args), "--run", config]
+        child = subprocess.run(
+            [*command, "--endpoint", endpoint],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        result: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+        if collector is None:
+            return result
+        result["collector_cpu_s"] = (cpu_ticks(collector.pid) - collector_start) / CLOCK_TICKS
+        result["collector_peak_rss_mb"] = peak_rss_mb(collector.pid)
+        collector.send_signal(signal.SIGTERM)
+        output, _ = collector.communicate(timeout=600)
+        match = INGEST_LINE.search(output)
+        if match is None:
+            raise RuntimeError(f"kvscope collect printed no ingest rate:\n{output}")
+        rows, seconds = int(match[1].replace(",", "")), float(match[2])
+        result["ingest_rows_per_s"] = rows / seconds
+        from collector.store.insert_rate import duckdb_insert_rate
+
+        result["duckdb_rows_per_s"] = duckdb_insert_rate(run_path, directory / "one.duckdb")
+        commits = int(match[3].replace(",", ""))
+        result["duckdb_same_commits_rows_per_s"] = duckdb_insert_rate(
+            run_path, directory / "same.duckdb", commits
+        )
+        result["rows"] = rows
+        result["commits"] = commits
+        return result
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def child_arguments(args: argparse.Namespace) -> list[str]:
+    limit = [] if args.limit is None else ["--limit", str(args.limit)]
+    return [
+        "--trace",
+        str(args.trace),
+        "--block-size",
+        str(args.block_size),
+        "--num-blocks",
+        str(args.num_blocks),
+        *limit,
+    ]
 
 
 def main() -> None:
@@ -148,75 +205,89 @@ def main() -> None:
     parser.add_argument("--num-blocks", type=int, default=20_000)
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--configs",
-        default="bare,kv-events,hooks,capture,capture+collisions",
-        help="comma-separated",
-    )
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
+    parser.add_argument("--run", choices=CONFIGS, help=argparse.SUPPRESS)  # a child's run
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    requests = read_trace(args.trace)[: args.limit]
-    settings = CacheSettings(args.block_size, args.num_blocks)
+    if args.run:
+        print(json.dumps(run_once(args)))
+        return
     configs = args.configs.split(",")
-    if "bare" not in configs:
-        parser.error("--configs must include bare: every ratio is to bare")
-    tally = Tally()
+    if "bare" not in configs or not set(configs) <= set(CONFIGS):
+        parser.error(f"--configs: some of {', '.join(CONFIGS)}, bare among them")
     print(
-        f"{len(requests)} requests, block size {args.block_size}, {args.num_blocks} blocks, "
-        f"{args.rounds} rounds (CPU seconds)"
+        f"{args.trace.name}{f' (first {args.limit})' if args.limit else ''}, block size "
+        f"{args.block_size}, {args.num_blocks} blocks, {args.rounds} rounds"
     )
-    with collector_process() as collector:
-        for round_number in range(args.rounds):
-            run_round(
-                round_number,
-                configs,
-                requests=requests,
-                settings=settings,
-                collector=collector,
-                tally=tally,
-            )
+    tally = Tally()
+    for round_number in range(args.rounds):
+        shift = round_number % len(configs)
+        this_round: dict[str, float] = {}
+        for config in configs[shift:] + configs[:shift]:
+            result = measure(config, args)
+            this_round[config] = result["cpu_s"]
+            tally.runs[config].append(result)
+            print(f"  round {round_number + 1} {config:<19} {describe(result)}", flush=True)
+        for config, cpu_s in this_round.items():
+            tally.ratios[config].append(cpu_s / this_round["bare"])
+    report(configs, tally)
+
+
+def describe(result: dict[str, Any]) -> str:
+    text = (
+        f"{result['cpu_s']:7.2f} CPU s {result['records']:>10,} records "
+        f"{result['dropped']:>6,} dropped, peak RSS {result['peak_rss_mb']:,.0f} MB"
+    )
+    if "ingest_rows_per_s" in result:
+        text += (
+            f"; collector {result['collector_cpu_s']:.2f} CPU s, peak RSS "
+            f"{result['collector_peak_rss_mb']:,.0f} MB, ingest {result['rows']:,} rows at "
+            f"{result['ingest_rows_per_s']:,.0f} rows/s in {result['commits']} commits (DuckDB's "
+            f"Arrow insert {result['duckdb_rows_per_s']:,.0f} in one, "
+            f"{result['duckdb_same_commits_rows_per_s']:,.0f} in as many)"
+        )
+    return text
+
+
+def report(configs: list[str], tally: Tally) -> None:
     print(
-        f"\n{'config':<19} {'median s':>9} {'x bare':>7}  {'per-round x bare':<24} {'records':>11}"
+        f"\n{'config':<19} {'CPU s':>6} {'x bare':>6}  {'per round':<20} {'dropped':>8} "
+        f"{'RSS MB':>6}  {'collector CPU/engine CPU':>24} {'ingest/DuckDB 1 / same':>22} "
+        f"{'collector RSS MB':>16}"
     )
     for config in configs:
+        runs = tally.runs[config]
         per_round = " ".join(f"{ratio:.3f}" for ratio in tally.ratios[config])
-        print(
-            f"{config:<19} {statistics.median(tally.times[config]):9.2f} "
-            f"{statistics.median(tally.ratios[config]):7.3f}  {per_round:<24} "
-            f"{tally.records[config]:>11,}"
+        line = (
+            f"{config:<19} {median(runs, 'cpu_s'):6.2f} "
+            f"{statistics.median(tally.ratios[config]):6.3f}  {per_round:<20} "
+            f"{max(run['dropped'] for run in runs):>8,} {median(runs, 'peak_rss_mb'):6,.0f}"
         )
-    print("x bare: the median over rounds of each round's time / that round's bare time")
+        if "ingest_rows_per_s" in runs[0]:
+            collector_share = statistics.median(
+                run["collector_cpu_s"] / run["cpu_s"] for run in runs
+            )
+            ingest_share = statistics.median(
+                run["ingest_rows_per_s"] / run["duckdb_rows_per_s"] for run in runs
+            )
+            same_commits_share = statistics.median(
+                run["ingest_rows_per_s"] / run["duckdb_same_commits_rows_per_s"] for run in runs
+            )
+            line += (
+                f"  {collector_share:24.2f} {ingest_share:7.2f} / {same_commits_share:.2f} "
+                f"{median(runs, 'collector_peak_rss_mb'):16,.0f}"
+            )
+        print(line)
+    print(
+        "x bare: the median over rounds of each round's CPU time / that round's bare time; "
+        "dropped: the most any round dropped in transport; ingest/DuckDB: the collector's rows "
+        "per second of ingest over DuckDB's Arrow insert of the same rows in one transaction "
+        "/ in as many as the collector committed"
+    )
 
 
-@dataclass
-class Tally:
-    """Per configuration: CPU seconds and ratios to bare, one entry per round."""
-
-    times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    ratios: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    records: dict[str, int] = field(default_factory=dict)
-
-
-def run_round(
-    round_number: int,
-    configs: list[str],
-    *,
-    requests: list[TraceRequest],
-    settings: CacheSettings,
-    collector: Collector,
-    tally: Tally,
-) -> None:
-    """One round: every configuration once, in an order rotated by the round number."""
-    shift = round_number % len(configs)
-    this_round: dict[str, float] = {}
-    for config in configs[shift:] + configs[:shift]:
-        collector.wait_until_quiet()
-        elapsed, captured = run_once(config, requests, settings, collector.endpoint)
-        this_round[config] = elapsed
-        tally.times[config].append(elapsed)
-        tally.records[config] = captured
-        print(f"  round {round_number + 1} {config:<19} {elapsed:7.2f} s {captured:>11,} records")
-    for config, elapsed in this_round.items():
-        tally.ratios[config].append(elapsed / this_round["bare"])
+def median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
 
 
 if __name__ == "__main__":

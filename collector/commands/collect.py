@@ -109,7 +109,7 @@ def _run_collect(args: argparse.Namespace) -> int:
     if stats.ingest_s:
         print(
             f"kvscope collect: {stats.rows:,} rows written in {stats.ingest_s:.2f} s of ingest "
-            f"({stats.rows / stats.ingest_s:,.0f} rows/s)",
+            f"({stats.rows / stats.ingest_s:,.0f} rows/s), {stats.commits:,} commits",
             flush=True,
         )
     if stats.rejected.total:

@@ -106,7 +106,9 @@ class RunFile:
         return self._connection.execute(sql, parameters).df()
 
     def arrow(self, sql: str, parameters: Parameters = None) -> pa.Table:
-        return self._connection.sql(sql, params=parameters).to_arrow_table()
+        # A cursor of its own: DuckDB's relation API refuses a connection with a result
+        # still open (as `row` leaves one).
+        return self._connection.cursor().sql(sql, params=parameters).to_arrow_table()
 
     def cursor(self) -> RunFile:
         """The same run through a cursor of its own (one per thread, as Streamlit runs pages)."""
