@@ -9,6 +9,9 @@ in these configurations, interleaved round-robin so drift hits all alike:
                       `kvscope collect` process that writes DuckDB: what KVSCOPE_CAPTURE=1
                       costs an engine with vLLM's default hash (sha256: no collision check)
   capture+collisions  as capture, with the collision check on (fingerprints per block)
+  capture-to-sink     as capture, to a sink process that acknowledges each batch unread:
+                      what the engine side of capture costs without a collector's work
+                      beside it on the machine (the default configuration list leaves it out)
 Every run is a fresh Python process (a run leaves a heap that slows the next: vLLM's KV
 events alone leave 3.6 million objects), and every capture run a fresh collector.
 
@@ -52,6 +55,7 @@ from tests.support.engine import collector_process
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 CONFIGS = ("bare", "kv-events", "hooks", "capture", "capture+collisions")
+ALL_CONFIGS = (*CONFIGS, "capture-to-sink")
 INGEST_LINE = re.compile(r"([\d,]+) rows written in ([\d.]+) s of ingest .*, ([\d,]+) commits")
 
 
@@ -125,6 +129,24 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_sink(endpoint: str) -> None:
+    """Acknowledge every batch as soon as it arrives, reading only its header."""
+    import msgspec
+    import zmq
+
+    from engine_hooks.transport import Ack, BatchHeader
+
+    socket = zmq.Context().socket(zmq.ROUTER)
+    socket.bind(endpoint)
+    print("ready", flush=True)
+    headers = msgspec.msgpack.Decoder(BatchHeader)
+    encoder = msgspec.msgpack.Encoder()
+    while True:
+        identity, header, _ = socket.recv_multipart()
+        batch_seq = headers.decode(header).batch_seq
+        socket.send_multipart([identity, encoder.encode(Ack([batch_seq]))])
+
+
 @dataclass
 class Tally:
     """Per configuration, one entry per round."""
@@ -140,7 +162,13 @@ def measure(config: str, args: argparse.Namespace) -> dict[str, Any]:
         endpoint = f"ipc://{directory}/bench.ipc"
         run_path = directory / "bench.duckdb"
         collector = None
-        if config.startswith("capture"):
+        if config == "capture-to-sink":
+            sink = subprocess.Popen(
+                [sys.executable, __file__, "--sink", endpoint], stdout=subprocess.PIPE, text=True
+            )
+            stack.callback(sink.kill)
+            assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+        elif config.startswith("capture"):
             collector = stack.enter_context(
                 collector_process(run_path, endpoint, "--live-interval", "3600")
             )
@@ -206,15 +234,19 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
-    parser.add_argument("--run", choices=CONFIGS, help=argparse.SUPPRESS)  # a child's run
+    parser.add_argument("--run", choices=ALL_CONFIGS, help=argparse.SUPPRESS)  # a child's run
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--sink", help=argparse.SUPPRESS)  # an acking sink's endpoint
     args = parser.parse_args()
     if args.run:
         print(json.dumps(run_once(args)))
         return
+    if args.sink:
+        run_sink(args.sink)
+        return
     configs = args.configs.split(",")
-    if "bare" not in configs or not set(configs) <= set(CONFIGS):
-        parser.error(f"--configs: some of {', '.join(CONFIGS)}, bare among them")
+    if "bare" not in configs or not set(configs) <= set(ALL_CONFIGS):
+        parser.error(f"--configs: some of {', '.join(ALL_CONFIGS)}, bare among them")
     print(
         f"{args.trace.name}{f' (first {args.limit})' if args.limit else ''}, block size "
         f"{args.block_size}, {args.num_blocks} blocks, {args.rounds} rounds"
