@@ -26,7 +26,8 @@ def render() -> None:
         st.warning(
             "This run was recorded without the collision check, so no hit was checked. "
             "Turn it on with `kvscope replay --check-collisions`, or `KVSCOPE_CHECK_COLLISIONS=1` "
-            "(the default) in a live engine."
+            "in a live engine (by default it runs only where vLLM hashes with xxHash: its "
+            "default, SHA-256, does not collide in practice)."
         )
     elif found == 0:
         st.success(f"No collisions: 0 in {checked:,} block hits checked (hash: {algorithm}).")
