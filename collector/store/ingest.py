@@ -65,6 +65,10 @@ EVENT_COLUMNS: dict[str, pa.DataType] = {
 _TEXT = pa.dictionary(pa.int32(), pa.string())
 
 
+# The run-file tables records are ingested into (the others are derived from them).
+INGESTED_TABLES = ("events", "pool", "collisions", "request_tokens", "block_tokens")
+
+
 @dataclass
 class Batch:
     """One batch of records as Arrow tables, one per run-file table (absent when empty)."""
@@ -76,7 +80,7 @@ class Batch:
     block_tokens: pa.Table | None = None
 
     def tables(self) -> Iterable[tuple[str, pa.Table]]:
-        for name in ("events", "pool", "collisions", "request_tokens", "block_tokens"):
+        for name in INGESTED_TABLES:
             table = getattr(self, name)
             if table is not None and table.num_rows:
                 yield name, table

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from collector.store.ingest import INGESTED_TABLES
 from collector.store.run_file import RunConfig, RunFile, RunStore
-
-# The tables a capture fills (the derived ones are built by `finalize`, not ingested).
-INGESTED_TABLES = ("events", "pool", "collisions")
 
 
 def duckdb_insert_rate(run_path: Path, scratch: Path, num_transactions: int = 1) -> float:
