@@ -8,7 +8,8 @@ their defaults; the collector names them from each batch's header.
 
 Block records (hit, allocate, store, evict, free) describe one operation on one request and
 carry one entry per block in parallel columns, packed: block ids (and reference counts) as
-little-endian int32 (`pack_counts`), block hashes concatenated at one width. So the engine
+little-endian int32 (`pack_counts`), block hashes as the low 8 bytes of each, concatenated
+(`pack_hashes`: all the run file keeps of a hash, a quarter of a SHA-256 one). So the engine
 encodes, and the collector decodes and stores, a record's blocks as a few byte strings, not
 an object per block (a capture delivers millions of block rows a minute); the collector
 stores one row per block.
@@ -48,11 +49,13 @@ Label = Annotated[str, msgspec.Meta(max_length=256, pattern=NO_CONTROL_CHARACTER
 EngineId = Annotated[str, msgspec.Meta(max_length=128, pattern=r"^[A-Za-z0-9_.:@/+=-]*$")]
 DpRank = Annotated[int, msgspec.Meta(ge=0, le=2**15 - 1)]
 # Packed per-block columns: 4 bytes per block id or count; hashes at 8 to 64 bytes each (the
-# collector checks that the widths and the counts agree). A frame is at most 16 MiB anyway.
+# hooks send 8; the collector checks that the widths and the counts agree, and keeps the low
+# 64 bits of any width). A frame is at most 16 MiB anyway.
 MAX_PACKED_BYTES = 16 << 20
 PackedCounts = Annotated[bytes, msgspec.Meta(max_length=MAX_PACKED_BYTES)]
 PackedHashes = Annotated[bytes, msgspec.Meta(max_length=MAX_PACKED_BYTES)]
 COUNT_BYTES = 4
+HASH_BYTES = 8  # of each block hash on the wire
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -229,6 +232,21 @@ EVENT_KINDS: tuple[str, ...] = tuple(KIND_BY_TYPE.values())
 def pack_counts(values: list[int]) -> bytes:
     """Block ids or counts as a packed column (little-endian int32)."""
     return struct.pack(f"<{len(values)}i", *values)  # Python caches the compiled format
+
+
+def pack_hashes(hashes: list[bytes]) -> bytes:
+    """Block hashes as a packed column: the low 8 bytes of each (`hashes` share one width).
+
+    One copy and one strided copy, in C; slicing each hash would build an object per block.
+    """
+    joined = b"".join(hashes)
+    width = len(hashes[0]) if hashes else HASH_BYTES
+    if width == HASH_BYTES:
+        return joined
+    if width % HASH_BYTES:  # not vLLM's (8, 16 or 32 bytes): one hash at a time
+        return b"".join(block_hash[-HASH_BYTES:] for block_hash in hashes)
+    step = width // HASH_BYTES
+    return memoryview(joined).cast("Q")[step - 1 :: step].tobytes()
 
 
 def unpack_counts(packed: bytes) -> list[int]:

@@ -19,6 +19,7 @@ from engine_hooks.events import (
     Reset,
     Store,
     pack_counts,
+    pack_hashes,
 )
 from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.shadow import CacheShadow
@@ -112,7 +113,7 @@ class PoolHooks:
     def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
         """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
         hashes = self._shadow.forget(block_ids)
-        return Evict(self._next_seq(), now, request_id, pack_counts(block_ids), b"".join(hashes))
+        return Evict(self._next_seq(), now, request_id, pack_counts(block_ids), pack_hashes(hashes))
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         shadow = self._shadow
@@ -129,7 +130,7 @@ class PoolHooks:
             now = self._clock()
             request_id = self._request_id()
             records: list[Event] = [
-                Hit(self._next_seq(), now, request_id, pack_counts(block_ids), b"".join(hashes))
+                Hit(self._next_seq(), now, request_id, pack_counts(block_ids), pack_hashes(hashes))
             ]
             if self._fingerprints and self._request is not None:
                 records += self._check_hits(self._request, now, block_ids, hashes)
@@ -197,7 +198,7 @@ class PoolHooks:
                 now,
                 request.request_id,
                 pack_counts(block_ids),
-                b"".join(hashes),
+                pack_hashes(hashes),
                 request_hashes[first - 1] if first else None,
                 first,
                 block_size,
