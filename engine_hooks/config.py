@@ -49,7 +49,7 @@ class CaptureConfig:
     tenant_from_salt: bool = False
     buffer_capacity: int = 500_000
     max_in_flight: int = 256
-    max_backlog_mb: int = 256
+    max_backlog_mb: float = 256
     flush_timeout_s: float = 5.0
 
     @classmethod
@@ -74,6 +74,6 @@ class CaptureConfig:
             tenant_from_salt=tenant_from == "salt",
             buffer_capacity=int(env.get("KVSCOPE_BUFFER_CAPACITY", "500000")),
             max_in_flight=int(env.get("KVSCOPE_MAX_IN_FLIGHT", "256")),
-            max_backlog_mb=int(env.get("KVSCOPE_MAX_BACKLOG_MB", "256")),
+            max_backlog_mb=float(env.get("KVSCOPE_MAX_BACKLOG_MB", "256")),
             flush_timeout_s=float(env.get("KVSCOPE_FLUSH_TIMEOUT_S", "5")),
         )

@@ -138,8 +138,9 @@ class Capture:
             dp_rank=dp_rank,
             config=self._run_config(),
             lost_in_engine=lambda: self.hooks.num_lost,
+            next_seq=lambda: self.hooks.num_records,
             max_in_flight=config.max_in_flight,
-            max_backlog_bytes=config.max_backlog_mb << 20,
+            max_backlog_bytes=int(config.max_backlog_mb * (1 << 20)),
             token=engine_token(),
         )
         self._wrapped: list[str] = []

@@ -13,7 +13,10 @@ records (one batch alone always goes). A batch is dropped, and its records count
 `num_dropped`, only when it would pass either bound, when a later batch is acknowledged
 before it (it went to a collector that stopped before storing it: one connection delivers
 in order), or when it is still unacknowledged at `stop` (after up to the flush timeout
-while a collector is connected).
+while a collector is connected). The last message `stop` sends is a batch without records
+whose header says the number the engine's next record would have had (`next_seq`): records
+dropped at the very end of a stream leave no gap before a later record, and this is how the
+collector still sees them.
 
 The transport owns its ZMQ context: a context shared with vLLM or the host program could be
 terminated under it, or be one inherited across a fork, whose I/O thread is gone.
@@ -75,6 +78,9 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     num_lost_in_engine: BigCount
     num_dropped_in_transport: BigCount
     config: EngineSettings
+    # In the closing batch (no records): the engine's next record number; every record
+    # below it that never arrived is missing. 0 in every other batch.
+    next_seq: BigCount = 0
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
@@ -95,6 +101,7 @@ class Transport:
         dp_rank: int = 0,
         config: dict[str, Any] | None = None,
         lost_in_engine: Any = None,
+        next_seq: Any = None,
         interval_s: float = 0.05,
         max_in_flight: int = 256,
         max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
@@ -106,6 +113,7 @@ class Transport:
         self.dp_rank = dp_rank
         self._settings = msgspec.convert(config or {}, EngineSettings)
         self._lost_in_engine = lost_in_engine or (lambda: 0)
+        self._next_seq = next_seq
         self._interval_s = interval_s
         self._max_in_flight = max_in_flight
         self._max_backlog_bytes = max_backlog_bytes
@@ -152,6 +160,7 @@ class Transport:
         self._thread = None
         assert self._socket is not None and self._monitor is not None
         self._send_pending()
+        self._send_closing()
         deadline = time.monotonic() + flush_timeout_s
         while self._in_flight and time.monotonic() < deadline:
             self._watch_connection()
@@ -215,16 +224,7 @@ class Transport:
         if self._in_flight and self._backlog_bytes + len(encoded) > self._max_backlog_bytes:
             self.num_dropped += len(records)  # the backlog is full
             return
-        header = BatchHeader(
-            self.engine_id,
-            self.dp_rank,
-            self._next_batch,
-            len(records),
-            self._lost_in_engine(),
-            self.num_dropped,
-            self._settings,
-        )
-        frames = [self._encoder.encode(header), encoded]
+        frames = [self._encoder.encode(self._header(len(records))), encoded]
         try:
             self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
@@ -234,6 +234,32 @@ class Transport:
         self._backlog_bytes += len(encoded)
         self._next_batch += 1
         self.num_sent += len(records)
+
+    def _send_closing(self) -> None:
+        """Tell the collector where the stream ends (tiny: it goes past the bounds)."""
+        assert self._socket is not None
+        if self._next_seq is None:
+            return
+        header = self._header(0, next_seq=self._next_seq())
+        frames = [self._encoder.encode(header), self._encoder.encode([])]
+        try:
+            self._socket.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return  # no collector takes anything now: the run file cannot learn it anyway
+        self._in_flight.append((self._next_batch, 0, 0))
+        self._next_batch += 1
+
+    def _header(self, num_records: int, next_seq: int = 0) -> BatchHeader:
+        return BatchHeader(
+            self.engine_id,
+            self.dp_rank,
+            self._next_batch,
+            num_records,
+            self._lost_in_engine(),
+            self.num_dropped,
+            self._settings,
+            next_seq,
+        )
 
     def _receive_acks(self) -> None:
         assert self._socket is not None

@@ -61,11 +61,11 @@ def test_a_paused_collector_costs_nothing_within_the_backlog(
 def test_past_the_backlogs_bound_every_drop_is_counted(
     tmp_path: Path, capture_environment: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KVSCOPE_MAX_BACKLOG_MB", "1")
+    monkeypatch.setenv("KVSCOPE_MAX_BACKLOG_MB", "0.25")
     capture, run = run_with_a_paused_collector(tmp_path, capture_environment)
     hooks, transport = capture.hooks, capture.transport  # type: ignore[attr-defined]
     stored = stored_record_numbers(run)
-    assert transport.num_dropped > 0, "a 1 MiB backlog must overflow while the collector sleeps"
+    assert transport.num_dropped > 0, "a 256 KiB backlog must overflow while the collector sleeps"
     assert hooks.num_lost == 0
     assert len(stored) + transport.num_dropped == hooks.num_records
     assert transport.num_delivered == len(stored)

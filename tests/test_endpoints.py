@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -20,7 +21,7 @@ from engine_hooks import EventBuffer
 from engine_hooks.endpoint import EndpointError
 from engine_hooks.events import Pool
 from engine_hooks.transport import Transport
-from tests.support.engine import collector_process, wait_for
+from tests.support.engine import collector_process, stored_record_numbers, wait_for
 from tests.support.ports import free_port
 from tests.support.repo import REPO
 
@@ -169,3 +170,22 @@ def test_nothing_listens_on_a_stale_socket_file(tmp_path: Path) -> None:
         stale.bind(str(path))
     with collector_process(tmp_path / "run.duckdb", f"ipc://{path}"):
         pass
+
+
+def test_records_missing_at_the_end_of_a_stream_are_recorded(tmp_path: Path) -> None:
+    """No later record shows a gap at a stream's end: the closing batch says where it ends."""
+    endpoint, run = f"ipc://{tmp_path}/c.ipc", tmp_path / "run.duckdb"
+    buffer = EventBuffer()
+    buffer.offer([Pool(seq, 1_000 + seq, None, 1, 2, 3) for seq in range(5)])
+    # The engine numbered 10 records; 5 to 9 never reached its buffer (refused when full).
+    transport = Transport(buffer, endpoint, engine_id="engine", config=CONFIG, next_seq=lambda: 10)
+    with collector_process(run, endpoint) as process:
+        transport.start()
+        wait_for(lambda: transport.num_delivered == 5)
+        transport.stop()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    assert stored_record_numbers(run) == [0, 1, 2, 3, 4]
+    with RunFile.open(run) as run_file:
+        drops = run_file.rows("SELECT seq, ts_ns, num_lost FROM events WHERE kind = 'drop'")
+    assert drops == [(5, 1_004, 5)]  # dated at the last record that arrived

@@ -48,6 +48,7 @@ COMMIT_BYTES = 16 << 20  # about a million block rows
 @dataclass
 class _EngineStream:
     next_seq: int = 0
+    last_ts_ns: int = 0  # the newest record's time: a drop found at a stream's end has it
 
 
 @dataclass
@@ -95,8 +96,8 @@ class Receiver:
         self._encoder = msgspec.msgpack.Encoder()
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
             self.store = RunStore.resume(run_path)
-            for engine, next_seq in self.store.stream_positions().items():
-                self.stats.engines[engine] = _EngineStream(next_seq=next_seq)
+            for engine, (next_seq, last_ts_ns) in self.store.stream_positions().items():
+                self.stats.engines[engine] = _EngineStream(next_seq, last_ts_ns)
             for source in kv_event_sources:
                 source.resume_at(self.store.next_vllm_kv_batch())
         self._listener = Listener(endpoint, allow_remote=allow_remote, token=token)
@@ -187,18 +188,23 @@ class Receiver:
         """Commit what was received in one transaction, then acknowledge it."""
         if not self._unacknowledged:
             return
-        assert self.store is not None
-        started = time.perf_counter()
-        self.store.flush()
-        self.stats.ingest_s += time.perf_counter() - started
-        self.stats.commits += 1
-        self._dirty = True
+        if self.store is not None:  # None: only closing batches with nothing to store came
+            started = time.perf_counter()
+            self.store.flush()
+            self.stats.ingest_s += time.perf_counter() - started
+            self.stats.commits += 1
+            self._dirty = True
         for identity, batch_seqs in self._unacknowledged.items():
             self._socket.send_multipart([identity, self._encoder.encode(Ack(batch_seqs))])
         self._unacknowledged = {}
         self._unacknowledged_bytes = 0
 
     def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:
+        stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
+        drops = _named_with_gaps(stream, records, header)
+        self.stats.batches += 1
+        if not records and not drops:
+            return  # an engine's closing batch, with nothing missing: nothing to store
         if self.store is None:
             self.store = RunStore.create(self.run_path, _run_config(header))
         elif not self._settings_from_engine:
@@ -206,10 +212,7 @@ class Receiver:
             # (no pool size, no hash algorithm); an engine's header knows them.
             self.store.update_config(_run_config(header))
         self._settings_from_engine = True
-        stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
-        drops = _named_with_gaps(stream, records, header)
         self.stats.missing_records += sum(drop.num_lost for drop in drops)
-        self.stats.batches += 1
         self.stats.records += len(records)
         stored: list[Event] = [*records, *drops]
         self.store.append(stored)
@@ -262,6 +265,19 @@ def _named_with_gaps(
                 )
             )
         expected = max(expected, record.seq + 1)
+        stream.last_ts_ns = record.ts_ns
+    if header.next_seq > expected:  # the engine's last batch: records missing at the end
+        drops.append(
+            Drop(
+                expected,
+                stream.last_ts_ns,
+                None,
+                header.next_seq - expected,
+                engine_id=header.engine_id,
+                dp_rank=header.dp_rank,
+            )
+        )
+        expected = header.next_seq
     stream.next_seq = expected
     return drops
 

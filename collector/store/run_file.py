@@ -186,16 +186,20 @@ class RunStore(RunFile):
         row = self.row("SELECT source FROM runs")
         return str(row[0]) if row else ""
 
-    def stream_positions(self) -> dict[tuple[str, int], int]:
-        """Per engine and DP rank: the record number after the last one stored."""
+    def stream_positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per engine and DP rank: the record number after the last one stored, and the
+        newest record's time."""
         rows = self.rows(
-            "SELECT engine_id, dp_rank, max(seq) + 1 FROM ("
-            " SELECT engine_id, dp_rank, seq FROM events"
-            " UNION ALL SELECT engine_id, dp_rank, seq FROM pool"
-            " UNION ALL SELECT engine_id, dp_rank, seq FROM collisions)"
+            "SELECT engine_id, dp_rank, max(seq) + 1, max(ts_ns) FROM ("
+            " SELECT engine_id, dp_rank, seq, ts_ns FROM events"
+            " UNION ALL SELECT engine_id, dp_rank, seq, ts_ns FROM pool"
+            " UNION ALL SELECT engine_id, dp_rank, seq, ts_ns FROM collisions)"
             " WHERE engine_id IS NOT NULL GROUP BY ALL"
         )
-        return {(str(engine), int(rank or 0)): int(next_seq) for engine, rank, next_seq in rows}
+        return {
+            (str(engine), int(rank or 0)): (int(next_seq), int(last_ts_ns))
+            for engine, rank, next_seq, last_ts_ns in rows
+        }
 
     def next_vllm_kv_batch(self) -> int:
         """The number of the vLLM KV event batch after the last one stored."""
