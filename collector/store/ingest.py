@@ -179,6 +179,8 @@ def _kind_table(cls: type[Event], records: list[Any]) -> pa.Table:
             columns[per_block[field]] = _per_block_column(per_block[field], records, field)
         elif field in EVENT_COLUMNS:
             values = [getattr(record, field) for record in records]
+            if values.count(None) == len(values):
+                continue  # no tenant, no adapter, ...: left to the shared nulls below
             columns[field] = _per_row(
                 values, EVENT_COLUMNS[field], of_record if per_block else None
             )
@@ -192,12 +194,28 @@ def _kind_table(cls: type[Event], records: list[Any]) -> pa.Table:
         columns["parent_hash"] = _parent_hashes(records, columns["block_hash"], starts)
         block_sizes = np.array([record.block_size for record in records], dtype=np.int32)
         columns["num_tokens"] = pa.array(block_sizes[of_record], type=pa.int32())
+    # The columns a kind leaves empty share one zeroed buffer (calloc'd: no page is touched
+    # to make it); a column of nulls each would zero a kind's worth of memory per column.
+    zeros = pa.py_buffer(bytes(8 * total + 8))
     return pa.table(
         {
-            name: columns[name] if name in columns else pa.nulls(total, type=_arrow_type(name))
+            name: columns[name] if name in columns else _nulls(_arrow_type(name), total, zeros)
             for name in EVENT_COLUMNS
         }
     )
+
+
+def _nulls(data_type: pa.DataType, length: int, zeros: pa.Buffer) -> pa.Array:
+    """`length` nulls of `data_type`, every buffer of them in `zeros` (8 bytes a row)."""
+    if pa.types.is_dictionary(data_type):
+        indices = _nulls(data_type.index_type, length, zeros)
+        return pa.DictionaryArray.from_arrays(indices, pa.array([], type=data_type.value_type))
+    if pa.types.is_list(data_type):
+        children = [pa.array([], type=data_type.value_type)]
+        return pa.Array.from_buffers(
+            data_type, length, [zeros, zeros], null_count=length, children=children
+        )
+    return pa.Array.from_buffers(data_type, length, [zeros, zeros], null_count=length)
 
 
 def _arrow_type(column: str) -> pa.DataType:
