@@ -9,9 +9,12 @@ in these configurations, interleaved round-robin so drift hits all alike:
                       `kvscope collect` process that writes DuckDB: what KVSCOPE_CAPTURE=1
                       costs an engine with vLLM's default hash (sha256: no collision check)
   capture+collisions  as capture, with the collision check on (fingerprints per block)
-  capture-to-sink     as capture, to a sink process that acknowledges each batch unread:
-                      what the engine side of capture costs without a collector's work
-                      beside it on the machine (the default configuration list leaves it out)
+  capture-to-sink     as capture, to a sink process that acknowledges each batch unread
+                      (and keeps it): what the engine side of capture costs without a
+                      collector's work beside it on the machine. The batches it kept are then
+                      sent to a fresh `kvscope collect` with nothing else running, as fast as
+                      it takes them: the collector's ingest rate on an idle machine, which is
+                      where DuckDB's own insert is measured too
 Every run is a fresh Python process (a run leaves a heap that slows the next: vLLM's KV
 events alone leave 3.6 million objects), and every capture run a fresh collector.
 
@@ -54,8 +57,7 @@ from process_cpu import CLOCK_TICKS, cpu_ticks
 from tests.support.engine import collector_process
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
-CONFIGS = ("bare", "kv-events", "hooks", "capture", "capture+collisions")
-ALL_CONFIGS = (*CONFIGS, "capture-to-sink")
+CONFIGS = ("bare", "kv-events", "hooks", "capture", "capture+collisions", "capture-to-sink")
 INGEST_LINE = re.compile(r"([\d,]+) rows written in ([\d.]+) s of ingest .*, ([\d,]+) commits")
 
 
@@ -129,8 +131,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_sink(endpoint: str) -> None:
-    """Acknowledge every batch as soon as it arrives, reading only its header."""
+def run_sink(endpoint: str, keep: Path) -> None:
+    """Acknowledge every batch as soon as it is kept in `keep`, reading only its header."""
     import msgspec
     import zmq
 
@@ -141,10 +143,76 @@ def run_sink(endpoint: str) -> None:
     print("ready", flush=True)
     headers = msgspec.msgpack.Decoder(BatchHeader)
     encoder = msgspec.msgpack.Encoder()
-    while True:
-        identity, header, _ = socket.recv_multipart()
-        batch_seq = headers.decode(header).batch_seq
-        socket.send_multipart([identity, encoder.encode(Ack([batch_seq]))])
+    with keep.open("wb") as kept:
+        while True:
+            identity, header, records = socket.recv_multipart()
+            for frame in (header, records):
+                kept.write(len(frame).to_bytes(8, "little") + frame)
+            kept.flush()
+            batch_seq = headers.decode(header).batch_seq
+            socket.send_multipart([identity, encoder.encode(Ack([batch_seq]))])
+
+
+def kept_batches(keep: Path) -> list[list[bytes]]:
+    """The (header, records) frames `run_sink` kept, in order."""
+    data = keep.read_bytes()
+    frames, offset = [], 0
+    while offset < len(data):
+        size = int.from_bytes(data[offset : offset + 8], "little")
+        frames.append(data[offset + 8 : offset + 8 + size])
+        offset += 8 + size
+    return [frames[index : index + 2] for index in range(0, len(frames), 2)]
+
+
+def collector_alone(keep: Path, directory: Path) -> dict[str, Any]:
+    """Send the kept batches to a fresh `kvscope collect`, with nothing else running, as
+    fast as it acknowledges them; its ingest rate beside DuckDB's own."""
+    import msgspec
+    import zmq
+
+    from engine_hooks.transport import Ack
+
+    batches = kept_batches(keep)
+    run_path = directory / "alone.duckdb"
+    endpoint = f"ipc://{directory}/alone.ipc"
+    with collector_process(run_path, endpoint, "--live-interval", "3600") as collector:
+        context = zmq.Context()
+        socket = context.socket(zmq.DEALER)
+        socket.connect(endpoint)
+        for frames in batches:  # ZMQ queues what the collector has not taken yet
+            socket.send_multipart(frames)
+        acks = msgspec.msgpack.Decoder(Ack)
+        acknowledged = 0
+        while acknowledged < len(batches):
+            acknowledged += len(acks.decode(socket.recv()).batch_seqs)
+        socket.close(linger=0)
+        context.term()
+        collector.send_signal(signal.SIGTERM)
+        output, _ = collector.communicate(timeout=600)
+    return {
+        f"alone_{key}": value for key, value in ingest_rates(output, run_path, directory).items()
+    }
+
+
+def ingest_rates(output: str, run_path: Path, directory: Path) -> dict[str, Any]:
+    """The ingest rate `kvscope collect` printed, and DuckDB's own insert of the same rows
+    into a new file: in one transaction, and in as many as the collector committed."""
+    from collector.store.insert_rate import duckdb_insert_rate
+
+    match = INGEST_LINE.search(output)
+    if match is None:
+        raise RuntimeError(f"kvscope collect printed no ingest rate:\n{output}")
+    rows, seconds = int(match[1].replace(",", "")), float(match[2])
+    commits = int(match[3].replace(",", ""))
+    return {
+        "ingest_rows_per_s": rows / seconds,
+        "duckdb_rows_per_s": duckdb_insert_rate(run_path, directory / "one.duckdb"),
+        "duckdb_same_commits_rows_per_s": duckdb_insert_rate(
+            run_path, directory / "same.duckdb", commits
+        ),
+        "rows": rows,
+        "commits": commits,
+    }
 
 
 @dataclass
@@ -162,9 +230,12 @@ def measure(config: str, args: argparse.Namespace) -> dict[str, Any]:
         endpoint = f"ipc://{directory}/bench.ipc"
         run_path = directory / "bench.duckdb"
         collector = None
+        keep = directory / "batches.bin"
         if config == "capture-to-sink":
             sink = subprocess.Popen(
-                [sys.executable, __file__, "--sink", endpoint], stdout=subprocess.PIPE, text=True
+                [sys.executable, __file__, "--sink", endpoint, "--keep", str(keep)],
+                stdout=subprocess.PIPE,
+                text=True,
             )
             stack.callback(sink.kill)
             assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
@@ -181,26 +252,16 @@ def measure(config: str, args: argparse.Namespace) -> dict[str, Any]:
             text=True,
         )
         result: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+        if config == "capture-to-sink":
+            sink.kill()
+            result.update(collector_alone(keep, directory))
         if collector is None:
             return result
         result["collector_cpu_s"] = (cpu_ticks(collector.pid) - collector_start) / CLOCK_TICKS
         result["collector_peak_rss_mb"] = peak_rss_mb(collector.pid)
         collector.send_signal(signal.SIGTERM)
         output, _ = collector.communicate(timeout=600)
-        match = INGEST_LINE.search(output)
-        if match is None:
-            raise RuntimeError(f"kvscope collect printed no ingest rate:\n{output}")
-        rows, seconds = int(match[1].replace(",", "")), float(match[2])
-        result["ingest_rows_per_s"] = rows / seconds
-        from collector.store.insert_rate import duckdb_insert_rate
-
-        result["duckdb_rows_per_s"] = duckdb_insert_rate(run_path, directory / "one.duckdb")
-        commits = int(match[3].replace(",", ""))
-        result["duckdb_same_commits_rows_per_s"] = duckdb_insert_rate(
-            run_path, directory / "same.duckdb", commits
-        )
-        result["rows"] = rows
-        result["commits"] = commits
+        result.update(ingest_rates(output, run_path, directory))
         return result
 
 
@@ -234,19 +295,20 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
-    parser.add_argument("--run", choices=ALL_CONFIGS, help=argparse.SUPPRESS)  # a child's run
+    parser.add_argument("--run", choices=CONFIGS, help=argparse.SUPPRESS)  # a child's run
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     parser.add_argument("--sink", help=argparse.SUPPRESS)  # an acking sink's endpoint
+    parser.add_argument("--keep", type=Path, help=argparse.SUPPRESS)  # where it keeps batches
     args = parser.parse_args()
     if args.run:
         print(json.dumps(run_once(args)))
         return
     if args.sink:
-        run_sink(args.sink)
+        run_sink(args.sink, args.keep)
         return
     configs = args.configs.split(",")
-    if "bare" not in configs or not set(configs) <= set(ALL_CONFIGS):
-        parser.error(f"--configs: some of {', '.join(ALL_CONFIGS)}, bare among them")
+    if "bare" not in configs or not set(configs) <= set(CONFIGS):
+        parser.error(f"--configs: some of {', '.join(CONFIGS)}, bare among them")
     print(
         f"{args.trace.name}{f' (first {args.limit})' if args.limit else ''}, block size "
         f"{args.block_size}, {args.num_blocks} blocks, {args.rounds} rounds"
@@ -270,15 +332,23 @@ def describe(result: dict[str, Any]) -> str:
         f"{result['cpu_s']:7.2f} CPU s {result['records']:>10,} records "
         f"{result['dropped']:>6,} dropped, peak RSS {result['peak_rss_mb']:,.0f} MB"
     )
-    if "ingest_rows_per_s" in result:
+    if "collector_cpu_s" in result:
         text += (
             f"; collector {result['collector_cpu_s']:.2f} CPU s, peak RSS "
-            f"{result['collector_peak_rss_mb']:,.0f} MB, ingest {result['rows']:,} rows at "
-            f"{result['ingest_rows_per_s']:,.0f} rows/s in {result['commits']} commits (DuckDB's "
-            f"Arrow insert {result['duckdb_rows_per_s']:,.0f} in one, "
-            f"{result['duckdb_same_commits_rows_per_s']:,.0f} in as many)"
+            f"{result['collector_peak_rss_mb']:,.0f} MB, ingest {ingest_text(result, '')}"
         )
+    if "alone_ingest_rows_per_s" in result:
+        text += f"; collector alone, ingest {ingest_text(result, 'alone_')}"
     return text
+
+
+def ingest_text(result: dict[str, Any], prefix: str) -> str:
+    return (
+        f"{result[prefix + 'rows']:,} rows at {result[prefix + 'ingest_rows_per_s']:,.0f} rows/s "
+        f"in {result[prefix + 'commits']} commits (DuckDB's Arrow insert "
+        f"{result[prefix + 'duckdb_rows_per_s']:,.0f} in one, "
+        f"{result[prefix + 'duckdb_same_commits_rows_per_s']:,.0f} in as many)"
+    )
 
 
 def report(configs: list[str], tally: Tally) -> None:
@@ -295,27 +365,35 @@ def report(configs: list[str], tally: Tally) -> None:
             f"{statistics.median(tally.ratios[config]):6.3f}  {per_round:<20} "
             f"{max(run['dropped'] for run in runs):>8,} {median(runs, 'peak_rss_mb'):6,.0f}"
         )
-        if "ingest_rows_per_s" in runs[0]:
+        if "collector_cpu_s" in runs[0]:
             collector_share = statistics.median(
                 run["collector_cpu_s"] / run["cpu_s"] for run in runs
             )
-            ingest_share = statistics.median(
-                run["ingest_rows_per_s"] / run["duckdb_rows_per_s"] for run in runs
-            )
-            same_commits_share = statistics.median(
-                run["ingest_rows_per_s"] / run["duckdb_same_commits_rows_per_s"] for run in runs
-            )
             line += (
-                f"  {collector_share:24.2f} {ingest_share:7.2f} / {same_commits_share:.2f} "
+                f"  {collector_share:24.2f} {ingest_shares(runs, '')} "
                 f"{median(runs, 'collector_peak_rss_mb'):16,.0f}"
             )
         print(line)
+        if "alone_ingest_rows_per_s" in runs[0]:
+            print(f"{'  collector alone':<66} {'':>24} {ingest_shares(runs, 'alone_')}")
     print(
         "x bare: the median over rounds of each round's CPU time / that round's bare time; "
         "dropped: the most any round dropped in transport; ingest/DuckDB: the collector's rows "
         "per second of ingest over DuckDB's Arrow insert of the same rows in one transaction "
-        "/ in as many as the collector committed"
+        "/ in as many as the collector committed (beside the engine; collector alone: the "
+        "batches the sink kept, sent to a fresh collector with nothing else running)"
     )
+
+
+def ingest_shares(runs: list[dict[str, Any]], prefix: str) -> str:
+    one = statistics.median(
+        run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_rows_per_s"] for run in runs
+    )
+    same = statistics.median(
+        run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_same_commits_rows_per_s"]
+        for run in runs
+    )
+    return f"{one:13.2f} / {same:.2f}"
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:
