@@ -10,7 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.replay.block_manager import make_request
-from engine_hooks.events import Evict, Pool, Reset, Store, num_blocks
+from engine_hooks.events import (
+    Evict,
+    Pool,
+    Reset,
+    Store,
+    num_blocks,
+    pack_hashes,
+    unpack_hashes,
+)
 from tests.support.block_manager import (
     cached_block_count,
     cached_free_count,
@@ -115,3 +123,11 @@ def test_hooks_never_change_vllm_and_account_exactly(
     assert stores - evictions - cleared == cached_on
     sequence = [record.seq for record in records]
     assert sequence == list(range(len(sequence))), "no gaps, no reordering"
+
+
+@given(st.sampled_from([8, 16, 32, 12]), st.integers(0, 40), st.randoms())
+def test_packed_hashes_keep_the_low_8_bytes_of_each(width: int, count: int, rng: Any) -> None:
+    """vLLM hashes at 8, 16 or 32 bytes (12: a width no hash algorithm of vLLM's has)."""
+    hashes = [rng.randbytes(width) for _ in range(count)]
+    packed = pack_hashes(hashes)
+    assert unpack_hashes(packed, count) == [block_hash[-8:] for block_hash in hashes]
