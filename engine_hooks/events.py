@@ -254,14 +254,22 @@ def unpack_counts(packed: bytes) -> list[int]:
     return list(struct.unpack(f"<{len(packed) // COUNT_BYTES}i", packed))
 
 
-def unpack_hashes(packed: bytes, count: int) -> list[bytes]:
-    """`count` block hashes packed at one width."""
-    width = len(packed) // count if count else 0
-    return [packed[index * width : (index + 1) * width] for index in range(count)]
+def unpack_hashes(record: Hit | Store | Evict) -> list[bytes]:
+    """The block hashes `pack_hashes` packed into a record, one per block."""
+    width = hash_width(record)
+    packed = record.block_hashes
+    return [packed[index * width : (index + 1) * width] for index in range(num_blocks(record))]
 
 
 def num_blocks(record: Hit | Allocate | Store | Evict | Free) -> int:
     return len(record.block_ids) // COUNT_BYTES
+
+
+def hash_width(record: Hit | Store | Evict) -> int:
+    """The bytes of each block hash a record carries (0 in a record without blocks; the
+    collector checks that the width and the count agree)."""
+    count = num_blocks(record)
+    return len(record.block_hashes) // count if count else 0
 
 
 def encoder() -> msgspec.msgpack.Encoder:

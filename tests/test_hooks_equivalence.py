@@ -9,7 +9,7 @@ import pytest
 
 from collector.replay.block_manager import make_request
 from collector.replay.traces import read_trace
-from engine_hooks.events import Evict, num_blocks, unpack_counts, unpack_hashes
+from engine_hooks.events import Evict, unpack_counts, unpack_hashes
 from engine_hooks.hooks import MANAGER_METHODS
 from engine_hooks.pool_hooks import POOL_METHODS
 from tests.support.block_manager import make_hooks, make_manager
@@ -85,7 +85,7 @@ def test_hooks_do_not_change_hits_blocks_or_evictions(mooncake_trace: Path) -> N
     assert [
         [int.from_bytes(block_hash[-8:], "big")]
         for record in ours_on
-        for block_hash in unpack_hashes(record.block_hashes, num_blocks(record))
+        for block_hash in unpack_hashes(record)
     ] == removed_off
 
 

@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 from collector.replay.block_manager import make_request
 from engine_hooks.events import (
     Evict,
+    Hit,
     Pool,
     Reset,
     Store,
     num_blocks,
+    pack_counts,
     pack_hashes,
     unpack_hashes,
 )
@@ -129,5 +131,5 @@ def test_hooks_never_change_vllm_and_account_exactly(
 def test_packed_hashes_keep_the_low_8_bytes_of_each(width: int, count: int, rng: Any) -> None:
     """vLLM hashes at 8, 16 or 32 bytes (12: a width no hash algorithm of vLLM's has)."""
     hashes = [rng.randbytes(width) for _ in range(count)]
-    packed = pack_hashes(hashes)
-    assert unpack_hashes(packed, count) == [block_hash[-8:] for block_hash in hashes]
+    record = Hit(0, 0, None, pack_counts(list(range(count))), pack_hashes(hashes))
+    assert unpack_hashes(record) == [block_hash[-8:] for block_hash in hashes]

@@ -22,6 +22,7 @@ from engine_hooks.events import (
     Hit,
     Store,
     decoder,
+    hash_width,
     num_blocks,
 )
 from engine_hooks.transport import BatchHeader
@@ -107,7 +108,7 @@ def _block_columns_problem(record: Hit | Allocate | Store | Evict | Free) -> str
         return None
     if isinstance(record, Allocate):
         return None
-    width = len(record.block_hashes) // count if count else 0
+    width = hash_width(record)
     if width * count != len(record.block_hashes) or (count and not 8 <= width <= 64):
         return "block hashes not packed 8 to 64 bytes each, one per block"
     if isinstance(record, Store):

@@ -22,6 +22,7 @@ from engine_hooks.events import (
     Hit,
     Pool,
     Store,
+    hash_width,
     num_blocks,
 )
 
@@ -261,9 +262,7 @@ def _per_block_column(column: str, records: list[Any], field: str) -> pa.Array:
 
 def _packed_hashes(records: list[Any]) -> pa.Array:
     """The low 64 bits of every block hash of the records, in order."""
-    widths = {
-        len(record.block_hashes) // num_blocks(record) for record in records if record.block_ids
-    }
+    widths = {hash_width(record) for record in records if record.block_ids}
     if len(widths) > 1:  # engines hashing at different widths: one record at a time
         return pa.concat_arrays([_packed_hashes([record]) for record in records])
     packed = b"".join(record.block_hashes for record in records)
