@@ -246,39 +246,32 @@ def _named_with_gaps(
     stream: _EngineStream, records: list[Event], header: BatchHeader
 ) -> list[Drop]:
     """Name each record's engine from the batch's header (the hooks leave it out: less to
-    encode in the engine), and return Drop records for every jump in `seq`, updating the
-    stream's next expected number."""
+    encode in the engine), and return Drop records for every jump in `seq` (and, from the
+    engine's closing batch, for records missing at the end), updating the stream."""
     drops: list[Drop] = []
-    expected = stream.next_seq
-    for record in records:
-        record.engine_id = header.engine_id
-        record.dp_rank = header.dp_rank
-        if record.seq > expected:
-            drops.append(
-                Drop(
-                    expected,
-                    record.ts_ns,
-                    None,
-                    record.seq - expected,
-                    engine_id=header.engine_id,
-                    dp_rank=header.dp_rank,
-                )
-            )
-        expected = max(expected, record.seq + 1)
-        stream.last_ts_ns = record.ts_ns
-    if header.next_seq > expected:  # the engine's last batch: records missing at the end
+
+    def missing(up_to: int, ts_ns: int) -> None:
         drops.append(
             Drop(
-                expected,
-                stream.last_ts_ns,
+                stream.next_seq,
+                ts_ns,
                 None,
-                header.next_seq - expected,
+                up_to - stream.next_seq,
                 engine_id=header.engine_id,
                 dp_rank=header.dp_rank,
             )
         )
-        expected = header.next_seq
-    stream.next_seq = expected
+
+    for record in records:
+        record.engine_id = header.engine_id
+        record.dp_rank = header.dp_rank
+        if record.seq > stream.next_seq:
+            missing(record.seq, record.ts_ns)
+        stream.next_seq = max(stream.next_seq, record.seq + 1)
+        stream.last_ts_ns = record.ts_ns
+    if header.next_seq > stream.next_seq:
+        missing(header.next_seq, stream.last_ts_ns)
+        stream.next_seq = header.next_seq
     return drops
 
 
