@@ -208,7 +208,6 @@ class Transport:
             self._send(records[start : start + MAX_RECORDS_PER_BATCH])
 
     def _send(self, records: list[Event]) -> None:
-        assert self._socket is not None
         if len(self._in_flight) >= self._max_in_flight:
             self.num_dropped += len(records)  # the collector is not keeping up
             return
@@ -224,33 +223,20 @@ class Transport:
         if self._in_flight and self._backlog_bytes + len(encoded) > self._max_backlog_bytes:
             self.num_dropped += len(records)  # the backlog is full
             return
-        frames = [self._encoder.encode(self._header(len(records))), encoded]
-        try:
-            self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
+        if not self._ship(encoded, len(records)):
             self.num_dropped += len(records)  # ZMQ's queue is full
-            return
-        self._in_flight.append((self._next_batch, len(records), len(encoded)))
-        self._backlog_bytes += len(encoded)
-        self._next_batch += 1
-        self.num_sent += len(records)
 
     def _send_closing(self) -> None:
-        """Tell the collector where the stream ends (tiny: it goes past the bounds)."""
-        assert self._socket is not None
-        if self._next_seq is None:
-            return
-        header = self._header(0, next_seq=self._next_seq())
-        frames = [self._encoder.encode(header), self._encoder.encode([])]
-        try:
-            self._socket.send_multipart(frames, flags=zmq.NOBLOCK)
-        except zmq.Again:
-            return  # no collector takes anything now: the run file cannot learn it anyway
-        self._in_flight.append((self._next_batch, 0, 0))
-        self._next_batch += 1
+        """Tell the collector where the stream ends (tiny: it goes past the bounds). If ZMQ's
+        queue is full, no collector takes anything now: the run file cannot learn it anyway."""
+        if self._next_seq is not None:
+            self._ship(self._encoder.encode([]), 0, next_seq=self._next_seq())
 
-    def _header(self, num_records: int, next_seq: int = 0) -> BatchHeader:
-        return BatchHeader(
+    def _ship(self, encoded: bytes, num_records: int, next_seq: int = 0) -> bool:
+        """Send one batch's header and encoded records without waiting, and count it in
+        flight; False if ZMQ's queue is full."""
+        assert self._socket is not None
+        header = BatchHeader(
             self.engine_id,
             self.dp_rank,
             self._next_batch,
@@ -260,6 +246,17 @@ class Transport:
             self._settings,
             next_seq,
         )
+        try:
+            self._socket.send_multipart(
+                [self._encoder.encode(header), encoded], flags=zmq.NOBLOCK, copy=False
+            )
+        except zmq.Again:
+            return False
+        self._in_flight.append((self._next_batch, num_records, len(encoded)))
+        self._backlog_bytes += len(encoded)
+        self._next_batch += 1
+        self.num_sent += num_records
+        return True
 
     def _receive_acks(self) -> None:
         assert self._socket is not None
