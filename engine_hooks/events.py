@@ -56,6 +56,11 @@ PackedCounts = Annotated[bytes, msgspec.Meta(max_length=MAX_PACKED_BYTES)]
 PackedHashes = Annotated[bytes, msgspec.Meta(max_length=MAX_PACKED_BYTES)]
 COUNT_BYTES = 4
 HASH_BYTES = 8  # of each block hash on the wire
+GROUP_ID_BYTES = 4  # after the hash in vLLM's cache key (`BlockHashWithGroupId`)
+# The record stream's meaning, as the collector must read it. 2: the hooks send evictions on
+# reuse, cached-free counts and cleared counts as the collector's to derive (1: they sent
+# them). A collector refuses a stream in another format.
+WIRE_FORMAT = 2
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -127,11 +132,13 @@ class Store(_Record, tag="store"):
 
 
 class Evict(_Record, tag="evict"):
-    """Cached blocks whose hashes were dropped so the blocks could be reused.
+    """Cached blocks whose hashes were dropped.
 
-    How long each was cached and how often it was hit meanwhile follow from the same stream
-    (the block's last `Store` and the `Hit`s since); the collector derives them, so the
-    engine keeps no per-block clock or counter for them.
+    The hooks send one only when something asks vLLM to evict blocks (`evict_blocks`). The
+    common eviction, a cached free block handed out again, is an `Allocate` of a block the
+    stream last left cached: the collector derives that `Evict` (`collector/store/
+    cache_mirror.py`), so the engine keeps no per-block state for it. How long each block was
+    cached and how often it was hit meanwhile follow from the same stream too.
     """
 
     block_ids: PackedCounts
@@ -157,16 +164,19 @@ class Collision(_Record, tag="collision"):
 
 
 class Reset(_Record, tag="reset"):
-    """The whole prefix cache was cleared, dropping `num_cleared` cached blocks."""
+    """The whole prefix cache was cleared, dropping `num_cleared` cached blocks (counted by
+    the collector from the stream: the hooks send None)."""
 
-    num_cleared: Count
+    num_cleared: Count | None
 
 
 class Pool(_Record, tag="pool"):
-    """Pool state after a scheduler step (the null block is not counted)."""
+    """Pool state after a scheduler step (the null block is not counted). vLLM counts the
+    free and the in-use blocks; the cached ones among the free, the collector counts from the
+    stream (the hooks send None)."""
 
     num_free: Count
-    num_cached_free: Count
+    num_cached_free: Count | None
     num_in_use: Count
 
 
@@ -247,6 +257,12 @@ def pack_hashes(hashes: list[bytes]) -> bytes:
         return b"".join(block_hash[-HASH_BYTES:] for block_hash in hashes)
     step = width // HASH_BYTES
     return memoryview(joined).cast("Q")[step - 1 :: step].tobytes()
+
+
+def pack_cache_keys(keys: list[bytes]) -> bytes:
+    """vLLM's cache keys (a block hash, then its group id) packed as `pack_hashes` packs
+    their hashes: the low 8 bytes of each hash."""
+    return b"".join([key[-HASH_BYTES - GROUP_ID_BYTES : -GROUP_ID_BYTES] for key in keys])
 
 
 def unpack_counts(packed: bytes) -> list[int]:

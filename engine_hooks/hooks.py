@@ -4,19 +4,21 @@
 original first and then record what happened; vLLM's files and classes are untouched, and
 `detach()` deletes the instance attributes so attribute lookup reaches the class again.
 
-What the hooks keep for themselves (`CacheShadow`, never read back by vLLM): the hash each
-cached block was stored under. This shadow mirrors vLLM's own `block.block_hash` exactly,
-because every place that sets or clears a hash in a one-group full-attention pool goes
-through a hooked method:
-  set:    `cache_full_blocks`
-  clear:  `get_new_blocks` (eviction on reuse), `evict_blocks`, `reset_prefix_cache`.
+The hooks keep no per-block state of their own: each record says what vLLM just did to a
+list of blocks, in the order it did it. Every place that sets or clears a block's hash in a
+one-group full-attention pool goes through a hooked method:
+  set:    `cache_full_blocks` (a `Store`)
+  clear:  `get_new_blocks` (an `Allocate`: a cached block handed out again loses its hash),
+          `evict_blocks` (an `Evict`), `reset_prefix_cache` (a `Reset`).
+So the stream alone says which blocks are cached, and which are free; the collector derives
+from it the evictions on reuse and the cached-free counts (`collector/store/cache_mirror.py`).
 
 The hooks record block records without tenant or LoRA; those sit on the request records
 (`Arrive`, `Lookup`) and a block record reaches them through `request_id`.
 
-With `check_collisions`, the hooks also keep an independent fingerprint of every cached
-block (`fingerprint.py`) and compare it with the requesting prompt's own on every prefix hit:
-a mismatch is a `Collision` record naming both requests.
+With `check_collisions`, the hooks do keep per-block state: an independent fingerprint of
+every cached block (`fingerprint.py`), compared with the requesting prompt's own on every
+prefix hit; a mismatch is a `Collision` record naming both requests.
 """
 
 from __future__ import annotations
@@ -141,15 +143,10 @@ class KVCacheHooks(PoolHooks):
             self._clock(),
             None,
             num_free,
-            self._shadow.num_cached_free,
+            None,  # the collector counts the cached ones among the free from the stream
             num_usable - num_free,
         )
         self._emit([record])
-
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks holding a prefix-cache hash right now, as the hooks saw them stored."""
-        return len(self._shadow)
 
     # -- manager wrappers --------------------------------------------------------------
 

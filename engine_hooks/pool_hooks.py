@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from engine_hooks.block_content import block_token_ids, extra_key_kinds
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
+    GROUP_ID_BYTES,
     Allocate,
     Collision,
     Event,
@@ -18,11 +19,11 @@ from engine_hooks.events import (
     Hit,
     Reset,
     Store,
+    pack_cache_keys,
     pack_counts,
     pack_hashes,
 )
 from engine_hooks.fingerprint import BlockFingerprints
-from engine_hooks.shadow import CacheShadow
 
 if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run time
     from vllm.v1.core.block_pool import BlockPool
@@ -60,7 +61,6 @@ class PoolHooks:
         self._clock = clock
         self.block_size = block_size
         self.record_token_ids = record_token_ids
-        self._shadow = CacheShadow()
         self._fingerprints = BlockFingerprints(block_size) if check_collisions else None
         self._request: Request | None = None
         self._seq = 0
@@ -91,66 +91,54 @@ class PoolHooks:
         return None if request is None else str(request.request_id)
 
     def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        shadow = self._shadow
+        fingerprints = self._fingerprints
 
         def get_new_blocks(num_blocks: int) -> list[KVCacheBlock]:
             blocks: list[KVCacheBlock] = original(num_blocks)
-            now = self._clock()
-            request_id = self._request_id()
             block_ids = [block.block_id for block in blocks]
-            records: list[Event] = []
-            evicted = shadow.cached_among(block_ids)
-            if evicted:
-                # vLLM dropped the hash of each cached free block it handed out.
-                records.append(self._evict_record(now, request_id, evicted))
-                shadow.num_cached_free -= len(evicted)
-            records.append(Allocate(self._next_seq(), now, request_id, pack_counts(block_ids)))
-            self._emit(records)
+            if fingerprints:
+                fingerprints.uncache(block_ids)  # vLLM dropped the hashes of cached ones
+            record = Allocate(
+                self._next_seq(), self._clock(), self._request_id(), pack_counts(block_ids)
+            )
+            self._emit([record])
             return blocks
 
         return get_new_blocks
 
-    def _evict_record(self, now: int, request_id: str | None, block_ids: list[int]) -> Evict:
-        """Build the record for blocks whose hashes vLLM just dropped; forget those hashes."""
-        hashes = self._shadow.forget(block_ids)
-        return Evict(self._next_seq(), now, request_id, pack_counts(block_ids), pack_hashes(hashes))
-
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        shadow = self._shadow
-
         def touch(blocks: Sequence[KVCacheBlock]) -> None:
             original(blocks)
             if not blocks:
                 return
             # One full-attention group (see layout.py): a prefix hit holds no null block.
             block_ids = [block.block_id for block in blocks]
-            hashes = shadow.hashes_of(block_ids)
-            # A hit block with one reference now was free (and evictable) before.
-            shadow.num_cached_free -= [block.ref_cnt for block in blocks].count(1)
+            keys = cast("list[bytes]", [block.block_hash for block in blocks])
             now = self._clock()
             request_id = self._request_id()
+            hashes = pack_cache_keys(keys)
             records: list[Event] = [
-                Hit(self._next_seq(), now, request_id, pack_counts(block_ids), pack_hashes(hashes))
+                Hit(self._next_seq(), now, request_id, pack_counts(block_ids), hashes)
             ]
             if self._fingerprints and self._request is not None:
-                records += self._check_hits(self._request, now, block_ids, hashes)
+                records += self._check_hits(self._request, now, block_ids, keys)
             self._emit(records)
 
         return touch
 
     def _check_hits(
-        self, request: Request, now: int, block_ids: list[int], hashes: list[bytes]
+        self, request: Request, now: int, block_ids: list[int], keys: list[bytes]
     ) -> list[Event]:
         """Compare each hit block's stored fingerprint with the request's own (positions 0..)."""
         assert self._fingerprints is not None
-        mismatches = self._fingerprints.mismatches(request, self._shadow, block_ids)
+        mismatches = self._fingerprints.mismatches(request, block_ids)
         return [
             Collision(
                 self._next_seq(),
                 now,
                 request.request_id,
                 block_ids[position],
-                hashes[position],
+                keys[position][:-GROUP_ID_BYTES],
                 stored_by,
                 stored,
                 expected,
@@ -159,8 +147,6 @@ class PoolHooks:
         ]
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        shadow = self._shadow
-
         def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
             request: Request,
             blocks: list[KVCacheBlock],
@@ -186,19 +172,18 @@ class PoolHooks:
             positions = range(num_cached_blocks, num_full_blocks)
             block_ids = [block.block_id for block in blocks[num_cached_blocks:num_full_blocks]]
             request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
-            hashes = request_hashes[num_cached_blocks:num_full_blocks]
-            now = self._clock()
-            shadow.store(block_ids, hashes)
             if self._fingerprints:
                 chain = self._fingerprints.chain(request, positions[-1] + 1)
-                shadow.fingerprint(block_ids, map(chain.__getitem__, positions), request.request_id)
+                self._fingerprints.store(
+                    block_ids, map(chain.__getitem__, positions), request.request_id
+                )
             first = positions[0]
             record = Store(
                 self._next_seq(),
-                now,
+                self._clock(),
                 request.request_id,
                 pack_counts(block_ids),
-                pack_hashes(hashes),
+                pack_hashes(request_hashes[num_cached_blocks:num_full_blocks]),
                 request_hashes[first - 1] if first else None,
                 first,
                 block_size,
@@ -210,49 +195,52 @@ class PoolHooks:
         return cache_full_blocks
 
     def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        shadow = self._shadow
-
         def free_blocks(ordered_blocks: Iterable[KVCacheBlock]) -> None:
             blocks = list(ordered_blocks)
             original(blocks)
             if not blocks:
                 return  # one full-attention group (see layout.py): no null blocks
-            block_ids = [block.block_id for block in blocks]
-            ref_cnts = [block.ref_cnt for block in blocks]
-            # Blocks back in the free queue (no reference left): all of them, usually.
-            back_in_queue = block_ids
-            if any(ref_cnts):
-                pairs = zip(block_ids, ref_cnts, strict=True)
-                back_in_queue = [block_id for block_id, ref_cnt in pairs if not ref_cnt]
-            shadow.num_cached_free += shadow.count_cached(back_in_queue)
             record = Free(
                 self._next_seq(),
                 self._clock(),
                 self._request_id(),
-                pack_counts(block_ids),
-                pack_counts(ref_cnts),
+                pack_counts([block.block_id for block in blocks]),
+                pack_counts([block.ref_cnt for block in blocks]),
             )
             self._emit([record])
 
         return free_blocks
 
     def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        shadow = self._shadow
         pool_blocks = self._pool.blocks
 
         def evict_blocks(block_ids: set[int]) -> None:
+            # vLLM drops the hash of each cached block among `block_ids`: read them first.
+            num_blocks = len(pool_blocks)
+            keys = {
+                block_id: pool_blocks[block_id].block_hash
+                for block_id in block_ids
+                if 0 <= block_id < num_blocks
+            }
             original(block_ids)
-            evicted = [
+            evicted = sorted(
                 block_id
-                for block_id in sorted(block_ids)
-                if block_id in shadow.hashes and pool_blocks[block_id].block_hash is None
-            ]
+                for block_id, key in keys.items()
+                if key is not None and pool_blocks[block_id].block_hash is None
+            )
             if not evicted:
                 return
-            shadow.num_cached_free -= sum(
-                1 for block_id in evicted if pool_blocks[block_id].ref_cnt == 0
+            if self._fingerprints:
+                self._fingerprints.uncache(evicted)
+            evicted_keys = cast("list[bytes]", [keys[block_id] for block_id in evicted])
+            record = Evict(
+                self._next_seq(),
+                self._clock(),
+                None,
+                pack_counts(evicted),
+                pack_cache_keys(evicted_keys),
             )
-            self._emit([self._evict_record(self._clock(), None, evicted)])
+            self._emit([record])
 
         return evict_blocks
 
@@ -260,8 +248,9 @@ class PoolHooks:
         def reset_prefix_cache() -> bool:
             done: bool = original()
             if done:
-                num_cleared = self._shadow.clear()
-                self._emit([Reset(self._next_seq(), self._clock(), None, num_cleared)])
+                if self._fingerprints:
+                    self._fingerprints.clear()
+                self._emit([Reset(self._next_seq(), self._clock(), None, None)])
             return done
 
         return reset_prefix_cache

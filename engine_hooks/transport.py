@@ -38,6 +38,7 @@ from engine_hooks.buffer import EventBuffer
 from engine_hooks.endpoint import TOKEN_USER, make_private_socket_folder
 from engine_hooks.events import (
     NO_CONTROL_CHARACTERS,
+    WIRE_FORMAT,
     BigCount,
     Count,
     DpRank,
@@ -81,6 +82,8 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     # In the closing batch (no records): the engine's next record number; every record
     # below it that never arrived is missing. 0 in every other batch.
     next_seq: BigCount = 0
+    # `events.WIRE_FORMAT` of the hooks that sent it (hooks from before the field: 1).
+    wire_format: Count = 1
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
@@ -245,6 +248,7 @@ class Transport:
             self.num_dropped,
             self._settings,
             next_seq,
+            WIRE_FORMAT,
         )
         try:
             self._socket.send_multipart(

@@ -12,7 +12,17 @@ import msgspec
 import zmq
 
 from collector.store.run_file import RunFile
-from engine_hooks.events import Allocate, Arrive, Evict, Free, Hit, Pool, Store, pack_counts
+from engine_hooks.events import (
+    WIRE_FORMAT,
+    Allocate,
+    Arrive,
+    Evict,
+    Free,
+    Hit,
+    Pool,
+    Store,
+    pack_counts,
+)
 from engine_hooks.transport import MAX_FRAME_BYTES, BatchHeader, EngineSettings
 from tests.support.engine import collector_process, replay_to_collector
 
@@ -23,7 +33,8 @@ encode = msgspec.msgpack.Encoder().encode
 
 def header(num_records: int, engine_id: str = "mallory", **changes: object) -> bytes:
     fields = {"dp_rank": 0, "batch_seq": 0, "num_lost_in_engine": 0}
-    fields.update(num_dropped_in_transport=0, config=SETTINGS, **changes)
+    fields.update(num_dropped_in_transport=0, config=SETTINGS, wire_format=WIRE_FORMAT)
+    fields.update(changes)
     return encode(BatchHeader(engine_id, num_records=num_records, **fields))  # type: ignore[arg-type]
 
 
@@ -35,6 +46,7 @@ def forged_records(rng: random.Random) -> list[object]:
             [Hit(0, 1, "r", pack_counts([1, 2]), HASH + b"\x01")],  # hashes of two widths
             [Pool(-1, 1, None, 1, 1, 1)],  # a negative record number
             [Allocate(0, 1, "r", pack_counts([-5]))],  # a negative block id
+            [Allocate(0, 1, "r", pack_counts([2_000]))],  # a block past the engine's pool
             [Allocate(0, 1, "r", b"\x01\x02\x03")],  # block ids not 4 bytes each
             [Arrive(0, 2**63 + 5, "r", 10)],  # a clock past BIGINT
             [Arrive(0, 1, "r\x1b[31m", 10)],  # a terminal escape in a request id
@@ -64,6 +76,8 @@ def attacks(rng: random.Random) -> list[list[bytes]]:
     for _ in range(200):  # forged values
         records = forged_records(rng)
         messages.append([header(len(records)), encode(records)])
+    for _ in range(50):  # hooks of another kvscope, whose stream means other things
+        messages.append([header(1, wire_format=1), encode([Pool(0, 1, None, 1, 1, 1)])])
     for _ in range(100):  # a header that lies about its batch
         messages.append([header(5), encode([Pool(0, 1, None, 1, 1, 1)])])
     for _ in range(5):  # huge arrays inside the size limit

@@ -6,18 +6,15 @@ that numbers its records from 0 again."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from collector.replay.simulator import Simulator, VirtualClock
-from collector.replay.traces import read_trace
+from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunConfig, RunFile, RunStore
-from engine_hooks import Event, EventBuffer, KVCacheHooks, Pseudonymizer
+from engine_hooks import Event
 from engine_hooks.events import Evict, Hit, Store, pack_counts, unpack_counts
-from tests.support.repo import SAMPLE_TRACE
+from tests.support.block_manager import sample_engine_steps
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -66,45 +63,22 @@ def derived_ages(run: Path) -> Derived:
     }
 
 
-def engine_steps(num_requests: int, engine_id: str = "", dp_rank: int = 0) -> Iterator[list[Event]]:
-    """The records of the sample trace's first requests through vLLM's manager, one list per
-    scheduler step, named as the collector names an engine's records."""
-    manager = make_kv_cache_manager(SETTINGS)
-    buffer = EventBuffer()
-    clock = VirtualClock()
-    hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"t"), clock=clock)
-    steps: list[list[Event]] = []
-    simulator = Simulator(
-        manager,
-        hooks.attach(),
-        clock,
-        make_block_hasher(SETTINGS),
-        lambda: steps.append(buffer.take()),
-    )
-    simulator.run_sequential(read_trace(SAMPLE_TRACE)[:num_requests], lambda _: None)
-    hooks.detach()
-    for records in steps:
-        for record in records:
-            record.engine_id, record.dp_rank = engine_id, dp_rank
-        yield records
-
-
 def test_derived_eviction_ages_match_the_record_stream_across_refreshes(tmp_path: Path) -> None:
     store = RunStore.create(tmp_path / "run.duckdb", CONFIG)
     records: list[Event] = []
     window_of_store: dict[int, int] = {}  # block id -> the refresh window of its last store
     evicted_in: dict[str, int] = {"the store's window": 0, "a later window": 0}
-    for step, taken in enumerate(engine_steps(150)):
+    for step, taken in enumerate(sample_engine_steps(SETTINGS, 150)):
         window = step // 23
-        for record in taken:
+        completed = store.append(taken)  # with the evictions the collector derives
+        for record in completed:
             if isinstance(record, Store):
                 window_of_store.update(dict.fromkeys(unpack_counts(record.block_ids), window))
             elif isinstance(record, Evict):
                 for block_id in unpack_counts(record.block_ids):
                     later = window_of_store[block_id] < window
                     evicted_in["a later window" if later else "the store's window"] += 1
-        records.extend(taken)
-        store.append(taken)
+        records.extend(completed)
         if step % 23 == 22:
             store.refresh_derived()  # as a live run does, every few steps
     store.finalize()
@@ -120,15 +94,19 @@ def test_derived_eviction_ages_match_the_record_stream_across_refreshes(tmp_path
 def test_engines_lost_records_and_a_resumed_collector(tmp_path: Path) -> None:
     run = tmp_path / "run.duckdb"
     store = RunStore.create(run, CONFIG)
-    engines = [engine_steps(120, "a"), engine_steps(120, "a", dp_rank=1), engine_steps(90, "b")]
+    engines = [
+        sample_engine_steps(SETTINGS, 120, "a"),
+        sample_engine_steps(SETTINGS, 120, "a", dp_rank=1),
+        sample_engine_steps(SETTINGS, 90, "b"),
+    ]
     stored: list[Event] = []
     for step in itertools.count():
         taken = [record for engine in engines for record in next(engine, [])]
         if not taken:
             break
         kept = [record for record in taken if record.engine_id != "b" or record.seq % 5]
-        stored.extend(kept)  # every fifth of engine b's records is lost on the way
-        store.append(kept)
+        # Every fifth of engine b's records is lost on the way.
+        stored.extend(store.append(kept))
         if step % 5 == 4:
             store.refresh_derived()
         if step == 52:  # the collector dies; another one goes on with the file

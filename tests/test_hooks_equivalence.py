@@ -9,6 +9,7 @@ import pytest
 
 from collector.replay.block_manager import make_request
 from collector.replay.traces import read_trace
+from collector.store.cache_mirror import CacheMirrors
 from engine_hooks.events import Evict, unpack_counts, unpack_hashes
 from engine_hooks.hooks import MANAGER_METHODS
 from engine_hooks.pool_hooks import POOL_METHODS
@@ -21,7 +22,8 @@ NUM_BLOCKS = 40_000  # 640k tokens: the first 300 prompts (4.6M tokens) hit and 
 
 
 def drive(trace_path: Path, hooks_on: bool) -> tuple[list[tuple[Any, ...]], list[Any], list[Any]]:
-    """Replay the first 300 requests; return per-request facts, vLLM's removals, our evictions.
+    """Replay the first 300 requests; return per-request facts, vLLM's removals, and the
+    evictions the collector derives from the hooks' records (`CacheMirrors`).
 
     Evicted block ids come from vLLM's own state: a block handed out for a request that held
     a hash in the free queue just before was evicted, in the order vLLM handed it out.
@@ -57,7 +59,8 @@ def drive(trace_path: Path, hooks_on: bool) -> tuple[list[tuple[Any, ...]], list
             for event in manager.take_events()
             if type(event).__name__ == "BlockRemoved"
         )
-    ours = [record for record in buffer.take() if isinstance(record, Evict)]
+    completed = CacheMirrors(NUM_BLOCKS).complete(buffer.take())
+    ours = [record for record in completed if isinstance(record, Evict)]
     hooks.detach()
     return facts, removed, ours
 
@@ -77,7 +80,7 @@ def test_hooks_do_not_change_hits_blocks_or_evictions(mooncake_trace: Path) -> N
     assert [facts[2] for facts in facts_on] == [facts[2] for facts in facts_off]
     assert removed_on == removed_off
 
-    # And the hooks saw exactly those evictions, in that order, under those hashes.
+    # And the hooks' records say exactly those evictions, in that order, under those hashes.
     assert [
         block_id for record in ours_on for block_id in unpack_counts(record.block_ids)
     ] == evicted_off

@@ -1,5 +1,6 @@
-"""Property tests: for any workload, hooks on or off give the same vLLM behaviour, and the
-hooks' own accounting matches vLLM's pool state after every step."""
+"""Property tests: for any workload, hooks on or off give the same vLLM behaviour, and what
+the collector derives from the hooks' records (`CacheMirrors`: evictions on reuse, cached
+and cached-free blocks) matches vLLM's pool state after every step."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.replay.block_manager import make_request
+from collector.store.cache_mirror import CacheMirrors
 from engine_hooks.events import (
     Evict,
     Hit,
@@ -53,6 +55,7 @@ operations = st.lists(
 def run(ops: list[Any], shared: list[list[int]], hooks_on: bool) -> tuple[list[Any], Any, Any]:
     manager, block_hasher = make_manager(BLOCK_SIZE, 24)
     hooks, buffer = make_hooks(manager)
+    mirrors = CacheMirrors(24)
     if hooks_on:
         hooks.attach()
     outcomes: list[Any] = []
@@ -91,8 +94,8 @@ def run(ops: list[Any], shared: list[list[int]], hooks_on: bool) -> tuple[list[A
             outcomes.append((name, argument))
         if hooks_on:
             hooks.record_pool_state()
-            assert hooks.num_cached_blocks == cached_block_count(manager)
-            pool_record = buffer.take()
+            pool_record = mirrors.complete(buffer.take())
+            assert mirrors.mirror(("", 0)).num_cached == cached_block_count(manager)
             last = pool_record[-1]
             assert isinstance(last, Pool)
             assert last.num_cached_free == cached_free_count(manager)

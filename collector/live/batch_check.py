@@ -15,6 +15,7 @@ import numpy as np
 
 from engine_hooks.events import (
     COUNT_BYTES,
+    WIRE_FORMAT,
     Allocate,
     Event,
     Evict,
@@ -77,24 +78,37 @@ class BatchDecoder:
 
 
 def check_batch(header: BatchHeader, records: list[Event]) -> None:
-    """What msgspec's per-field bounds cannot see: counts and packed columns agree, and the
-    packed block ids and reference counts fit their INTEGER columns (none negative)."""
+    """What msgspec's per-field bounds cannot see: the stream's format is this collector's,
+    counts and packed columns agree, block ids lie in the engine's pool, and reference
+    counts fit their INTEGER column (none negative)."""
+    if header.wire_format != WIRE_FORMAT:
+        raise RejectedMessage(
+            "wire-format",
+            f"the engine's hooks send wire format {header.wire_format}, this collector reads "
+            f"{WIRE_FORMAT}: install the same kvscope beside the engine and the collector",
+        )
     if header.num_records != len(records):
         raise RejectedMessage(
             "inconsistent", f"header says {header.num_records} records, {len(records)} came"
         )
-    packed_counts: list[bytes] = []
+    packed_ids: list[bytes] = []
+    packed_ref_cnts: list[bytes] = []
     for record in records:
         if isinstance(record, Hit | Allocate | Store | Evict | Free):
             problem = _block_columns_problem(record)
             if problem:
                 raise RejectedMessage("inconsistent", f"record {record.seq}: {problem}")
-            packed_counts.append(record.block_ids)
+            packed_ids.append(record.block_ids)
             if isinstance(record, Free):
-                packed_counts.append(record.ref_cnts)
-    counts = np.frombuffer(b"".join(packed_counts), dtype="<i4")
-    if counts.size and counts.min() < 0:
-        raise RejectedMessage("invalid", "a negative block id or reference count")
+                packed_ref_cnts.append(record.ref_cnts)
+    block_ids = np.frombuffer(b"".join(packed_ids), dtype="<i4")
+    if block_ids.size and not 0 <= block_ids.min() <= block_ids.max() < header.config.num_blocks:
+        raise RejectedMessage(
+            "invalid", f"a block id outside the engine's {header.config.num_blocks} blocks"
+        )
+    ref_cnts = np.frombuffer(b"".join(packed_ref_cnts), dtype="<i4")
+    if ref_cnts.size and ref_cnts.min() < 0:
+        raise RejectedMessage("invalid", "a negative reference count")
 
 
 def _block_columns_problem(record: Hit | Allocate | Store | Evict | Free) -> str | None:

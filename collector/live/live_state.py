@@ -59,7 +59,8 @@ class LiveState:
         elif isinstance(record, Evict):
             self.block_evictions += num_blocks(record)
         elif isinstance(record, Pool):
-            self.pool[engine] = (record.num_free, record.num_cached_free, record.num_in_use)
+            cached_free = record.num_cached_free or 0  # completed by the store: never None
+            self.pool[engine] = (record.num_free, cached_free, record.num_in_use)
         elif isinstance(record, Arrive) and record.request_id is not None:
             self._tenants[record.request_id] = record.tenant or ""
         elif isinstance(record, Lookup) and not record.preempted:

@@ -214,8 +214,7 @@ class Receiver:
         self._settings_from_engine = True
         self.stats.missing_records += sum(drop.num_lost for drop in drops)
         self.stats.records += len(records)
-        stored: list[Event] = [*records, *drops]
-        self.store.append(stored)
+        stored = self.store.append([*records, *drops])
         for observe in self.observers:
             observe(header, stored)
 

@@ -92,7 +92,7 @@ def hash64(block_hashes: Sequence[bytes | None]) -> pa.Array:
     present = [block_hash for block_hash in block_hashes if block_hash is not None]
     lengths = set(map(len, present))
     if len(lengths) == 1 and min(lengths) >= 8:
-        values = _low_64_bits(b"".join(present), lengths.pop())
+        values = low_64_bits(b"".join(present), lengths.pop())
     else:
         values = np.array(
             [int.from_bytes(block_hash[-8:], "big") for block_hash in present], dtype=np.uint64
@@ -105,8 +105,9 @@ def hash64(block_hashes: Sequence[bytes | None]) -> pa.Array:
     return pa.array(full, type=pa.uint64(), mask=mask)
 
 
-def _low_64_bits(packed: bytes, width: int) -> np.ndarray:
-    """The low 64 bits (big-endian) of each of the hashes packed at `width` bytes each."""
+def low_64_bits(packed: bytes, width: int) -> np.ndarray:
+    """The low 64 bits (big-endian) of each of the hashes packed at `width` bytes each, as
+    unsigned integers."""
     raw = np.frombuffer(packed, dtype=np.uint8).reshape(-1, width)
     return raw[:, width - 8 :].copy().view(">u8").ravel().astype(np.uint64)
 
@@ -266,7 +267,7 @@ def _packed_hashes(records: list[Any]) -> pa.Array:
     if len(widths) > 1:  # engines hashing at different widths: one record at a time
         return pa.concat_arrays([_packed_hashes([record]) for record in records])
     packed = b"".join(record.block_hashes for record in records)
-    return pa.array(_low_64_bits(packed, widths.pop() if widths else 8), type=pa.uint64())
+    return pa.array(low_64_bits(packed, widths.pop() if widths else 8), type=pa.uint64())
 
 
 def _parent_hashes(records: list[Store], block_hashes: pa.Array, starts: np.ndarray) -> pa.Array:

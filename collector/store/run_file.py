@@ -21,6 +21,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from collector.store.cache_mirror import CACHED_BLOCKS_SQL, CacheMirrors
 from collector.store.derived_tables import DerivedTables, Step
 from collector.store.ingest import to_batch
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
@@ -141,6 +142,8 @@ class RunStore(RunFile):
     def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
         super().__init__(connection, path)
         self._pending: list[Event] = []
+        row = self.row("SELECT num_blocks FROM runs")
+        self._mirrors = CacheMirrors(int(row[0]) if row and row[0] else 0)
         self.num_records = 0
         self.num_rows = 0
         self._derived = DerivedTables(connection)
@@ -178,6 +181,7 @@ class RunStore(RunFile):
         if store.finished:
             store.close()
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
+        store._mirrors.restore(store.arrow(CACHED_BLOCKS_SQL))
         return store
 
     @property
@@ -226,11 +230,15 @@ class RunStore(RunFile):
             ],
         )
 
-    def append(self, records: list[Event]) -> None:
-        """Queue records; they reach the file in batches of about FLUSH_RECORDS."""
-        self._pending.extend(records)
+    def append(self, records: list[Event]) -> list[Event]:
+        """Complete the engines' records from the mirrors of their caches (the evictions on
+        reuse, the cached-free and cleared counts: `cache_mirror.py`) and queue them; they
+        reach the file in batches of about FLUSH_RECORDS. Returns the records as stored."""
+        completed = self._mirrors.complete(records)
+        self._pending.extend(completed)
         if len(self._pending) >= FLUSH_RECORDS:
             self.flush()
+        return completed
 
     def flush(self) -> None:
         """Write every queued record in one transaction."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
-from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-from tests.support.repo import SECRET
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
+from engine_hooks import Event, EventBuffer, KVCacheHooks, Pseudonymizer
+from tests.support.repo import SAMPLE_TRACE, SECRET
 
 
 def make_manager(block_size: int, num_blocks: int, kv_events: bool = False) -> Any:
@@ -51,3 +54,28 @@ def tiny_run(directory: Any, rows: list[dict[str, Any]], **options: Any) -> Any:
     out = directory / "run.duckdb"
     replay(trace, out, ReplayOptions(settings=settings, **options), SECRET)
     return out
+
+
+def sample_engine_steps(
+    settings: CacheSettings, num_requests: int, engine_id: str = "", dp_rank: int = 0
+) -> Iterator[list[Event]]:
+    """The records of the sample trace's first requests through vLLM's manager, one list per
+    scheduler step, named as the collector names an engine's records."""
+    manager = make_kv_cache_manager(settings)
+    buffer = EventBuffer()
+    clock = VirtualClock()
+    hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"t"), clock=clock)
+    steps: list[list[Event]] = []
+    simulator = Simulator(
+        manager,
+        hooks.attach(),
+        clock,
+        make_block_hasher(settings),
+        lambda: steps.append(buffer.take()),
+    )
+    simulator.run_sequential(read_trace(SAMPLE_TRACE)[:num_requests], lambda _: None)
+    hooks.detach()
+    for records in steps:
+        for record in records:
+            record.engine_id, record.dp_rank = engine_id, dp_rank
+        yield records

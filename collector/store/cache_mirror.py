@@ -1,0 +1,211 @@
+"""What the collector knows of each engine's prefix cache, block by block, from its records.
+
+The hooks keep no per-block state in the engine (`engine_hooks/hooks.py`): each record says
+what vLLM just did to which blocks. The collector mirrors the cache from that stream, per
+engine and DP rank, and completes the records with what follows from it:
+- an `Allocate` of blocks the stream last left cached evicts them (vLLM drops the hash of a
+  cached free block it hands out again): an `Evict` of those blocks, with the hashes they
+  were stored under, goes just before it, under the same record number and request;
+- a `Pool` gets the number of cached blocks among the free (`num_cached_free`);
+- a `Reset` gets the number of cached blocks it cleared.
+
+Per block the mirror holds the low 64 bits of its hash (as the run file keeps them), whether
+it is cached, and whether it sits in vLLM's free queue; each record updates them with a few
+array operations, no Python loop per block. The mirror is exact while the stream is whole.
+Records lost on the way (a `Drop`) leave it wrong about the blocks they touched until those
+blocks are stored again: an eviction of a block whose store was lost is missed, and the
+cached-free count can be off (it never goes below 0 or past the free count). A hit re-learns
+the hashes of its blocks. A collector resumed on a run file starts from the state the file's
+rows leave (`RunStore.resume`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from collector.store.ingest import low_64_bits
+from engine_hooks.events import (
+    Allocate,
+    Event,
+    Evict,
+    Free,
+    Hit,
+    Pool,
+    Reset,
+    Store,
+    hash_width,
+)
+
+Engine = tuple[str, int]  # engine id, DP rank
+
+
+# Per engine and block, what its rows left it: cached (stored or hit after its last
+# allocation, eviction and reset), with which hash, and whether it is free (unreferenced
+# after its last allocation, hit, store or free).
+CACHED_BLOCKS_SQL = """
+    WITH block_rows AS (
+        SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+            seq, kind::VARCHAR AS kind, block_id, block_hash, ref_cnt
+        FROM events WHERE kind IN ('store', 'hit', 'allocate', 'evict', 'free')
+    ),
+    resets AS (
+        SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+            max(seq) AS reset_seq
+        FROM events WHERE kind = 'reset' GROUP BY ALL
+    ),
+    blocks AS (
+        SELECT engine, rank, block_id,
+            max(seq) FILTER (WHERE kind IN ('store', 'hit')) AS cached_seq,
+            max(seq) FILTER (WHERE kind IN ('allocate', 'evict')) AS uncached_seq,
+            arg_max(block_hash, seq) FILTER (WHERE kind IN ('store', 'hit')) AS block_hash,
+            arg_max(kind = 'free' AND ref_cnt = 0, seq)
+                FILTER (WHERE kind IN ('store', 'hit', 'allocate', 'free')) AS free
+        FROM block_rows GROUP BY ALL
+    )
+    SELECT engine, rank, block_id, block_hash, free
+    FROM blocks LEFT JOIN resets USING (engine, rank)
+    WHERE cached_seq IS NOT NULL
+        AND (uncached_seq IS NULL OR cached_seq > uncached_seq)
+        AND (reset_seq IS NULL OR cached_seq > reset_seq)
+    ORDER BY engine, rank, block_id
+"""
+
+
+class CacheMirror:
+    """One engine's prefix cache as its record stream says it is."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self._hashes = np.zeros(num_blocks, dtype=np.uint64)
+        self._cached = np.zeros(num_blocks, dtype=bool)
+        self._free = np.zeros(num_blocks, dtype=bool)  # in vLLM's free queue
+        self.num_cached_free = 0
+
+    @property
+    def num_cached(self) -> int:
+        return int(np.count_nonzero(self._cached))
+
+    def restore(self, block_ids: np.ndarray, hashes: np.ndarray, free: np.ndarray) -> None:
+        """Start from the cached blocks a run file's rows leave (`CACHED_BLOCKS_SQL`)."""
+        self._fit(block_ids)
+        self._hashes[block_ids] = hashes
+        self._set(block_ids, cached=True, free=free)
+
+    def complete(self, record: Event) -> Evict | None:
+        """Update the mirror with one record, filling what the hooks left to the collector;
+        for an `Allocate` that evicts, return the `Evict` that goes before it."""
+        if isinstance(record, Allocate):
+            return self._allocate(record)
+        if isinstance(record, Hit | Store):  # a hit re-learns what a lost store said
+            block_ids = self._block_ids(record)
+            self._hashes[block_ids] = low_64_bits(record.block_hashes, hash_width(record))
+            self._set(block_ids, cached=True, free=False)
+        elif isinstance(record, Free):
+            block_ids = self._block_ids(record)
+            unreferenced = np.frombuffer(record.ref_cnts, dtype="<i4") == 0
+            self._set(block_ids[unreferenced], free=True)
+        elif isinstance(record, Evict):
+            self._set(self._block_ids(record), cached=False)
+        elif isinstance(record, Reset):
+            record.num_cleared = self.num_cached
+            self._cached[:] = False
+            self.num_cached_free = 0
+        elif isinstance(record, Pool):
+            record.num_cached_free = min(self.num_cached_free, record.num_free)
+        return None
+
+    def _allocate(self, record: Allocate) -> Evict | None:
+        block_ids = self._block_ids(record)
+        evicted = block_ids[self._cached[block_ids]]
+        self._set(block_ids, cached=False, free=False)
+        if not evicted.size:
+            return None
+        return Evict(
+            record.seq,
+            record.ts_ns,
+            record.request_id,
+            evicted.astype("<i4").tobytes(),
+            self._hashes[evicted].astype(">u8").tobytes(),
+            engine_id=record.engine_id,
+            dp_rank=record.dp_rank,
+        )
+
+    def _block_ids(self, record: Hit | Allocate | Store | Evict | Free) -> np.ndarray:
+        block_ids = np.frombuffer(record.block_ids, dtype="<i4")
+        self._fit(block_ids)
+        return block_ids
+
+    def _fit(self, block_ids: np.ndarray) -> None:
+        """Grow the arrays to hold every block id (the run's pool size is a first guess)."""
+        if block_ids.size and int(block_ids.max()) >= self._cached.size:
+            size = max(int(block_ids.max()) + 1, 2 * self._cached.size)
+            for name in ("_hashes", "_cached", "_free"):
+                array = getattr(self, name)
+                grown = np.zeros(size, dtype=array.dtype)
+                grown[: array.size] = array
+                setattr(self, name, grown)
+
+    def _set(
+        self,
+        block_ids: np.ndarray,
+        cached: bool | None = None,
+        free: bool | np.ndarray | None = None,
+    ) -> None:
+        """Set the blocks' states, keeping the count of cached blocks among the free."""
+        before = np.count_nonzero(self._cached[block_ids] & self._free[block_ids])
+        if cached is not None:
+            self._cached[block_ids] = cached
+        if free is not None:
+            self._free[block_ids] = free
+        after = np.count_nonzero(self._cached[block_ids] & self._free[block_ids])
+        self.num_cached_free += int(after) - int(before)
+
+
+class CacheMirrors:
+    """The mirrors of every engine whose records a run file stores."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self._num_blocks = num_blocks
+        self._mirrors: dict[Engine, CacheMirror] = {}
+
+    def mirror(self, engine: Engine) -> CacheMirror:
+        mirror = self._mirrors.get(engine)
+        if mirror is None:
+            mirror = self._mirrors[engine] = CacheMirror(self._num_blocks)
+        return mirror
+
+    def restore(self, cached_blocks: pa.Table) -> None:
+        """Start every engine's mirror from `CACHED_BLOCKS_SQL`'s rows."""
+        engines = cached_blocks.group_by(["engine", "rank"]).aggregate([]).to_pylist()
+        for row in engines:
+            engine = (str(row["engine"]), int(row["rank"]))
+            rows = cached_blocks.filter(
+                pa.compute.and_(
+                    pa.compute.equal(cached_blocks["engine"], engine[0]),
+                    pa.compute.equal(cached_blocks["rank"], engine[1]),
+                )
+            )
+            self.mirror(engine).restore(
+                rows["block_id"].to_numpy().astype(np.int64),
+                rows["block_hash"].to_numpy().astype(np.uint64),
+                rows["free"].to_numpy(zero_copy_only=False).astype(bool),
+            )
+
+    def complete(self, records: Iterable[Event]) -> list[Event]:
+        """The records, completed in order, with the evictions they imply before them."""
+        completed: list[Event] = []
+        engine: Engine | None = None
+        mirror = None
+        for record in records:
+            if isinstance(record, Hit | Allocate | Store | Free | Evict | Reset | Pool):
+                if (record.engine_id, record.dp_rank) != engine:
+                    engine = (record.engine_id, record.dp_rank)
+                    mirror = self.mirror(engine)
+                assert mirror is not None
+                evict = mirror.complete(record)
+                if evict is not None:
+                    completed.append(evict)
+            completed.append(record)
+        return completed
