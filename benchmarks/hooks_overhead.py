@@ -24,7 +24,9 @@ same round's bare run; the records delivered and dropped in transport; the engin
 RSS. Per capture run: the collector's CPU seconds per engine CPU second and its peak RSS,
 and its ingest rate (rows written per second of decoding, converting and committing, as
 `kvscope collect` reports it) beside DuckDB's own Arrow insert of the same rows into a new
-file, measured right after: in one transaction, and in as many as the collector committed.
+file, measured right after with the collector's DuckDB threads (`kvscope collect
+--threads`, 1 by default): in one transaction, and in as many as the collector committed;
+and with DuckDB's default threads (every core), in one transaction.
 Trace reading is not timed; prompt hashing by vLLM is (it is part of every engine's work).
 Like vLLM's EngineCore, each run freezes the startup heap (`freeze_gc_heap`) before it
 starts.
@@ -196,7 +198,9 @@ def collector_alone(keep: Path, directory: Path) -> dict[str, Any]:
 
 def ingest_rates(output: str, run_path: Path, directory: Path) -> dict[str, Any]:
     """The ingest rate `kvscope collect` printed, and DuckDB's own insert of the same rows
-    into a new file: in one transaction, and in as many as the collector committed."""
+    into a new file with the collector's threads (`INGEST_THREADS`): in one transaction, and
+    in as many as the collector committed; and with DuckDB's default threads, in one."""
+    from collector.live.receiver import INGEST_THREADS
     from collector.store.insert_rate import duckdb_insert_rate
 
     match = INGEST_LINE.search(output)
@@ -206,10 +210,13 @@ def ingest_rates(output: str, run_path: Path, directory: Path) -> dict[str, Any]
     commits = int(match[3].replace(",", ""))
     return {
         "ingest_rows_per_s": rows / seconds,
-        "duckdb_rows_per_s": duckdb_insert_rate(run_path, directory / "one.duckdb"),
-        "duckdb_same_commits_rows_per_s": duckdb_insert_rate(
-            run_path, directory / "same.duckdb", commits
+        "duckdb_rows_per_s": duckdb_insert_rate(
+            run_path, directory / "one.duckdb", threads=INGEST_THREADS
         ),
+        "duckdb_same_commits_rows_per_s": duckdb_insert_rate(
+            run_path, directory / "same.duckdb", commits, threads=INGEST_THREADS
+        ),
+        "duckdb_all_cores_rows_per_s": duckdb_insert_rate(run_path, directory / "all.duckdb"),
         "rows": rows,
         "commits": commits,
     }
@@ -345,16 +352,17 @@ def describe(result: dict[str, Any]) -> str:
 def ingest_text(result: dict[str, Any], prefix: str) -> str:
     return (
         f"{result[prefix + 'rows']:,} rows at {result[prefix + 'ingest_rows_per_s']:,.0f} rows/s "
-        f"in {result[prefix + 'commits']} commits (DuckDB's Arrow insert "
+        f"in {result[prefix + 'commits']} commits (DuckDB's Arrow insert, same threads: "
         f"{result[prefix + 'duckdb_rows_per_s']:,.0f} in one, "
-        f"{result[prefix + 'duckdb_same_commits_rows_per_s']:,.0f} in as many)"
+        f"{result[prefix + 'duckdb_same_commits_rows_per_s']:,.0f} in as many; every core: "
+        f"{result[prefix + 'duckdb_all_cores_rows_per_s']:,.0f} in one)"
     )
 
 
 def report(configs: list[str], tally: Tally) -> None:
     print(
         f"\n{'config':<19} {'CPU s':>6} {'x bare':>6}  {'per round':<20} {'dropped':>8} "
-        f"{'RSS MB':>6}  {'collector CPU/engine CPU':>24} {'ingest/DuckDB 1 / same':>22} "
+        f"{'RSS MB':>6}  {'collector CPU/engine CPU':>24} {'ingest/DuckDB 1 / same / all':>29} "
         f"{'collector RSS MB':>16}"
     )
     for config in configs:
@@ -379,8 +387,9 @@ def report(configs: list[str], tally: Tally) -> None:
     print(
         "x bare: the median over rounds of each round's CPU time / that round's bare time; "
         "dropped: the most any round dropped in transport; ingest/DuckDB: the collector's rows "
-        "per second of ingest over DuckDB's Arrow insert of the same rows in one transaction "
-        "/ in as many as the collector committed (beside the engine; collector alone: the "
+        "per second of ingest over DuckDB's Arrow insert of the same rows with the collector's "
+        "DuckDB threads, in one transaction / in as many as the collector committed, and with "
+        "DuckDB's default threads (every core) in one (beside the engine; collector alone: the "
         "batches the sink kept, sent to a fresh collector with nothing else running)"
     )
 
@@ -393,7 +402,11 @@ def ingest_shares(runs: list[dict[str, Any]], prefix: str) -> str:
         run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_same_commits_rows_per_s"]
         for run in runs
     )
-    return f"{one:13.2f} / {same:.2f}"
+    every_core = statistics.median(
+        run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_all_cores_rows_per_s"]
+        for run in runs
+    )
+    return f"{one:13.2f} / {same:.2f} / {every_core:.2f}"
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,12 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--vllm-kv-topic", default="", help="the topic vLLM publishes on")
     parser.add_argument(
+        "--threads",
+        type=int,
+        help="DuckDB threads while engines run (default 1: the collector takes about one core "
+        "beside the engine; the final rebuild uses every core)",
+    )
+    parser.add_argument(
         "--block-size",
         type=int,
         default=16,
@@ -60,6 +67,9 @@ def register(commands: Any) -> None:
 
 
 def _run_collect(args: argparse.Namespace) -> int:
+    if args.threads is not None and args.threads < 1:
+        print(f"kvscope collect: --threads {args.threads}: must be 1 or more", file=sys.stderr)
+        return 2
     from collector.live.exporter import serve_metrics
     from collector.live.live_state import LiveState
     from collector.live.receiver import Receiver
@@ -94,6 +104,7 @@ def _run_collect(args: argparse.Namespace) -> int:
         ),
         allow_remote=args.allow_remote,
         token=engine_token(),
+        **({"threads": args.threads} if args.threads is not None else {}),
     )
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):

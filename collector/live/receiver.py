@@ -43,6 +43,11 @@ from engine_hooks.transport import Ack, BatchHeader
 BatchObserver = Callable[[BatchHeader, list[Event]], None]
 
 COMMIT_BYTES = 16 << 20  # about a million block rows
+# DuckDB's threads while engines run (inserts, live refreshes): with one, the collector takes
+# about one core beside the engine (its own thread waits while DuckDB works). More would
+# take CPU from the engine's process: on a 2-core machine, DuckDB's default (every core)
+# cost a CPU replay 3 % more CPU time beside a collector (benchmarks/hooks_overhead.py).
+INGEST_THREADS = 1
 
 
 @dataclass
@@ -81,8 +86,10 @@ class Receiver:
         kv_event_run_config: RunConfig | None = None,
         allow_remote: bool = False,
         token: bytes | None = None,
+        threads: int = INGEST_THREADS,
     ) -> None:
         self.run_path = run_path
+        self.threads = threads
         self.endpoint = endpoint
         self.live_interval_s = live_interval_s
         self.commit_interval_s = commit_interval_s
@@ -95,7 +102,7 @@ class Receiver:
         self._decoder = BatchDecoder()
         self._encoder = msgspec.msgpack.Encoder()
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
-            self.store = RunStore.resume(run_path)
+            self.store = self._limited(RunStore.resume(run_path))
             for engine, (next_seq, last_ts_ns) in self.store.stream_positions().items():
                 self.stats.engines[engine] = _EngineStream(next_seq, last_ts_ns)
             for source in kv_event_sources:
@@ -109,6 +116,10 @@ class Receiver:
         self._unacknowledged_bytes = 0
         # A run resumed keeps its settings unless vLLM's KV events began it (guesses).
         self._settings_from_engine = self.store is not None and self.store.source == "engine"
+
+    def _limited(self, store: RunStore) -> RunStore:
+        store.limit_threads(self.threads)
+        return store
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
         """Receive until `stop` is set (or nothing arrived for `idle_exit_s`), then finalize."""
@@ -158,7 +169,7 @@ class Receiver:
         if self.store is None:
             if self._kv_event_run_config is None:
                 raise StoreError("vLLM KV events arrived, but no run configuration was given")
-            self.store = RunStore.create(self.run_path, self._kv_event_run_config)
+            self.store = self._limited(RunStore.create(self.run_path, self._kv_event_run_config))
         self.store.flush()  # the engines' records first: one writer, one order
         append_vllm_batches(self.store, batches, gaps, self._conflicts)
         self._dirty = True
@@ -206,7 +217,7 @@ class Receiver:
         if not records and not drops:
             return  # an engine's closing batch, with nothing missing: nothing to store
         if self.store is None:
-            self.store = RunStore.create(self.run_path, _run_config(header))
+            self.store = self._limited(RunStore.create(self.run_path, _run_config(header)))
         elif not self._settings_from_engine:
             # vLLM's KV events came first: the run was made with the collector's guesses
             # (no pool size, no hash algorithm); an engine's header knows them.

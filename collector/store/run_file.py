@@ -307,9 +307,15 @@ class RunStore(RunFile):
             os.close(self._reader)  # after DuckDB let go of the file and of its lock
             self._reader = None
 
+    def limit_threads(self, threads: int) -> None:
+        """Let DuckDB use at most `threads` threads for this store's work until `finalize`."""
+        self._connection.execute(f"SET threads = {int(threads)}")
+
     def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
-        """Flush, bring every derived table up to date, stamp the run as finished, and remove
-        the live copy a collector published of it (readers now read the run itself)."""
+        """Flush, bring every derived table up to date (with every core DuckDB would use:
+        the engines are done), stamp the run as finished, and remove the live copy a
+        collector published of it (readers now read the run itself)."""
+        self._connection.execute("RESET threads")
         self.refresh_derived(rebuild=True)
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
         self._connection.execute(
