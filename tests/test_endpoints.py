@@ -117,6 +117,12 @@ def test_a_second_collector_or_a_taken_metrics_port_is_a_clear_error(tmp_path: P
             assert not run.finished
 
 
+def test_threads_below_one_are_a_clear_error(tmp_path: Path) -> None:
+    output = refused("--db", str(tmp_path / "run.duckdb"), "--threads", "0")
+    assert "--threads 0: must be 1 or more" in output
+    assert not (tmp_path / "run.duckdb").exists()
+
+
 def test_other_machines_need_allow_remote_and_a_token(tmp_path: Path) -> None:
     run = str(tmp_path / "run.duckdb")
     port = free_port()
