@@ -34,6 +34,7 @@ import duckdb
 import msgspec
 from app_queries import OPTIONS, SECRET, workload_trace
 
+from collector.live.receiver import INGEST_THREADS
 from collector.queries.summary import run_summary
 from collector.replay.replayer import load_requests, replay_into
 from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path
@@ -50,11 +51,12 @@ class HoldingBack(RunStore):
         self.held: deque[Event] = deque()
         self.num_held = 0
 
-    def append(self, records: list[Event]) -> None:
+    def append(self, records: list[Event]) -> list[Event]:
         self.held.extend(records)
         overflow = len(self.held) - self.num_held
-        if overflow > 0:
-            super().append([self.held.popleft() for _ in range(overflow)])
+        if overflow <= 0:
+            return []
+        return super().append([self.held.popleft() for _ in range(overflow)])
 
     def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
         self.refresh_derived(rebuild=True)
@@ -109,15 +111,21 @@ def timed_refresh(store: RunStore, records: list[Event], rebuild: bool) -> Timin
     return timings
 
 
-def measure(run: Path, held: list[Event], batches: int) -> dict[str, list[Timings]]:
-    """The first refresh of a resumed copy of `run`, then per round: one with nothing new,
-    one with the next batch of held-back records, and one with the batch after it that
-    rebuilds the tables derived whole as well."""
+def measure(
+    run: Path, held: list[Event], batches: int, threads: int
+) -> tuple[float, dict[str, list[Timings]]]:
+    """The time to resume a copy of `run` (with its cache mirrors); its first refresh, then
+    per round: one with nothing new, one with the next batch of held-back records, and one with
+    the batch after it that rebuilds the tables derived whole as well; DuckDB on `threads`
+    threads, as `kvscope collect --threads` sets it."""
     work = run.with_name("live-refresh-work.duckdb")
     shutil.copyfile(run, work)
     size = len(held) // (2 * batches)
     new_batches = iter(held[start : start + size] for start in range(0, len(held), size))
+    started = time.perf_counter()
     store = RunStore.resume(work)
+    resume_s = time.perf_counter() - started
+    store.limit_threads(threads)
     rounds = {"first refresh": [timed_refresh(store, [], rebuild=True)]}
     for _ in range(batches):
         rounds.setdefault("nothing new", []).append(timed_refresh(store, [], rebuild=False))
@@ -128,7 +136,7 @@ def measure(run: Path, held: list[Event], batches: int) -> dict[str, list[Timing
     store.close()
     work.unlink()
     live_copy_path(work).unlink()
-    return rounds
+    return resume_s, rounds
 
 
 def report(title: str, rounds: dict[str, list[Timings]]) -> None:
@@ -158,17 +166,24 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--batch-records", type=int, default=5_000)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/kvscope-bench"))
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=INGEST_THREADS,
+        help=f"DuckDB threads (default {INGEST_THREADS}, what kvscope collect uses)",
+    )
     args = parser.parse_args()
     for copies in (int(text) for text in args.copies.split(",")):
         run, held = build_run(args.cache, copies, 2 * args.batches * args.batch_records)
         with RunFile.open(run) as run_file:
             num_rows = run_summary(run_file)["events"]
-        rounds = measure(run, held, args.batches)
+        resume_s, rounds = measure(run, held, args.batches, args.threads)
         title = (
             f"{run.name}: {num_rows:,} rows (events, pool, collisions); seconds per part, "
-            f"median of {args.batches} rounds"
+            f"median of {args.batches} rounds; DuckDB on {args.threads} thread(s)"
         )
         report(title, rounds)
+        print(f"  resuming the run (its cache mirrors from the rows): {resume_s:.3f} s")
 
 
 if __name__ == "__main__":
