@@ -395,16 +395,16 @@ def report(configs: list[str], tally: Tally) -> None:
 
 
 def ingest_shares(runs: list[dict[str, Any]], prefix: str) -> str:
-    one = statistics.median(
-        run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_rows_per_s"] for run in runs
-    )
-    same = statistics.median(
-        run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_same_commits_rows_per_s"]
-        for run in runs
-    )
-    every_core = statistics.median(
-        run[prefix + "ingest_rows_per_s"] / run[prefix + "duckdb_all_cores_rows_per_s"]
-        for run in runs
+    """The collector's ingest rate over DuckDB's, per yardstick: the median over rounds."""
+    one, same, every_core = (
+        statistics.median(
+            run[prefix + "ingest_rows_per_s"] / run[prefix + yardstick] for run in runs
+        )
+        for yardstick in (
+            "duckdb_rows_per_s",
+            "duckdb_same_commits_rows_per_s",
+            "duckdb_all_cores_rows_per_s",
+        )
     )
     return f"{one:13.2f} / {same:.2f} / {every_core:.2f}"
 
