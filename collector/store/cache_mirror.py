@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-import pyarrow as pa
+import pandas as pd
 
 from collector.store.ingest import low_64_bits
 from engine_hooks.events import (
@@ -176,21 +176,14 @@ class CacheMirrors:
             mirror = self._mirrors[engine] = CacheMirror(self._num_blocks)
         return mirror
 
-    def restore(self, cached_blocks: pa.Table) -> None:
+    def restore(self, cached_blocks: pd.DataFrame) -> None:
         """Start every engine's mirror from `CACHED_BLOCKS_SQL`'s rows."""
-        engines = cached_blocks.group_by(["engine", "rank"]).aggregate([]).to_pylist()
-        for row in engines:
-            engine = (str(row["engine"]), int(row["rank"]))
-            rows = cached_blocks.filter(
-                pa.compute.and_(
-                    pa.compute.equal(cached_blocks["engine"], engine[0]),
-                    pa.compute.equal(cached_blocks["rank"], engine[1]),
-                )
-            )
+        for _, rows in cached_blocks.groupby(["engine", "rank"]):
+            engine = (str(rows["engine"].iloc[0]), int(rows["rank"].iloc[0]))
             self.mirror(engine).restore(
-                rows["block_id"].to_numpy().astype(np.int64),
-                rows["block_hash"].to_numpy().astype(np.uint64),
-                rows["free"].to_numpy(zero_copy_only=False).astype(bool),
+                rows["block_id"].to_numpy(np.int64),
+                rows["block_hash"].to_numpy(np.uint64),
+                rows["free"].to_numpy(bool),
             )
 
     def complete(self, records: Iterable[Event]) -> list[Event]:

@@ -181,7 +181,7 @@ class RunStore(RunFile):
         if store.finished:
             store.close()
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
-        store._mirrors.restore(store.arrow(CACHED_BLOCKS_SQL))
+        store._mirrors.restore(store.frame(CACHED_BLOCKS_SQL))
         return store
 
     @property
