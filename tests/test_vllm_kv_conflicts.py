@@ -15,6 +15,7 @@ from collector.live.vllm_kv.ingest import append_vllm_batches
 from collector.live.vllm_kv.wire import (
     AllBlocksCleared,
     BlockRemoved,
+    BlockStored,
     ReceivedBatch,
 )
 from collector.queries.summary import run_summary
@@ -224,4 +225,39 @@ def test_vllms_sha256_on_the_sample_workload_gives_no_conflict(
     assert summary["conflicts"] == 0
     # What the detector still remembers is exactly what vLLM's cache holds at the end.
     assert detector.num_tracked == cached_block_count(source.manager)
+    run.close()
+
+
+def test_a_sliding_window_groups_events_are_stored_and_never_called_conflicts(
+    tmp_path: Path,
+) -> None:
+    """A hybrid model's sliding-window group publishes the hashes of the blocks it stored with
+    the tokens of the whole range it cached, or no hash at all: stored as they came, with no
+    parent (the event does not say which), never compared."""
+    window = BlockStored(
+        block_hashes=[H, H + 1],
+        parent_block_hash=7,
+        token_ids=list(range(16)),  # four blocks of four tokens: the window kept two
+        block_size=4,
+        medium="GPU",
+        group_idx=1,
+        extra_keys=[None],  # shorter than the blocks: one entry per block is assumed
+    )
+    empty = BlockStored(
+        block_hashes=[], parent_block_hash=7, token_ids=list(range(8)), block_size=4, group_idx=1
+    )
+    same_hash_other_tokens = BlockStored(
+        block_hashes=[H], parent_block_hash=None, token_ids=[9, 9, 9, 9], block_size=4, group_idx=1
+    )
+    detector = HashConflictDetector()
+    run = events_run(tmp_path / "run.duckdb", CacheSettings(4, 5))
+    batches = [received(0, window, empty), received(1, same_hash_other_tokens)]
+    append_vllm_batches(run, batches, [], detector)
+    rows = run.rows(
+        "SELECT seq, block_hash, parent_hash, group_idx FROM vllm_kv_events ORDER BY seq, "
+        "event_index, block_position"
+    )
+    assert rows == [(0, H, None, 1), (0, H + 1, None, 1), (1, H, None, 1)]
+    assert detector.num_blocks_unchecked == 2 and detector.num_blocks_checked == 1
+    assert vllm_kv_summary(run)["conflicts"] == 0
     run.close()

@@ -29,6 +29,7 @@ from collector.live.vllm_kv.wire import (
     BlockStored,
     ReceivedBatch,
     WireBlockHash,
+    describes_each_block,
     hash64,
 )
 
@@ -97,6 +98,7 @@ class HashConflictDetector:
     def __init__(self, record_token_ids: bool = False) -> None:
         self.record_token_ids = record_token_ids
         self.num_blocks_checked = 0
+        self.num_blocks_unchecked = 0  # stored by events that do not describe each block
         self._entries: dict[tuple[int | None, WireBlockHash], _Entry] = {}
         self._epochs: dict[int | None, int] = {}
 
@@ -127,7 +129,10 @@ class HashConflictDetector:
     def _on_stored(
         self, received: ReceivedBatch, event: BlockStored, ts_ns: int
     ) -> list[HashConflict]:
-        conflicts = []
+        conflicts: list[HashConflict] = []
+        if not describes_each_block(event):
+            self.num_blocks_unchecked += len(event.block_hashes)
+            return conflicts
         holder = (received.batch.data_parallel_rank, event.medium)
         for position, block_hash in enumerate(event.block_hashes):
             description = self._describe(received, event, position, ts_ns)

@@ -16,6 +16,7 @@ from collector.live.vllm_kv.wire import (
     Gap,
     ReceivedBatch,
     WireBlockHash,
+    describes_each_block,
     hash64,
 )
 from collector.store.run_file import RunStore
@@ -155,11 +156,13 @@ def _add_event(
             columns[name].extend([None] * count)
         return count
     columns["kind"].extend(["stored"] * count)
-    parents = [event.parent_block_hash, *hashes[:-1]]
+    parents: list[WireBlockHash | None] = [event.parent_block_hash, *hashes[:-1]][:count]
+    if not describes_each_block(event):
+        parents = [None] * count  # which block follows which, the event does not say
     columns["parent_hash"].extend(None if parent is None else hash64(parent) for parent in parents)
     columns["num_tokens"].extend([event.block_size] * count)
     columns["lora_name"].extend([event.lora_name] * count)
-    keys = event.extra_keys or [None] * count
+    keys = [*(event.extra_keys or [])[:count], *[None] * count][:count]  # one per block
     columns["num_extra_keys"].extend(None if entry is None else len(entry) for entry in keys)
     return count
 

@@ -111,3 +111,11 @@ class Gap:
     @property
     def num_batches(self) -> int:
         return self.last_seq - self.first_seq + 1
+
+
+def describes_each_block(event: BlockStored) -> bool:
+    """Whether a BlockStored's tokens are its blocks' own, block after block. A hybrid model's
+    sliding-window group stores only the blocks its window can reuse: vLLM then publishes the
+    hashes of those (none, at times) with the tokens of the whole range, so which tokens and
+    which parent go with which hash, the event does not say."""
+    return len(event.token_ids) == len(event.block_hashes) * event.block_size
