@@ -12,7 +12,10 @@ little-endian int32 (`pack_counts`), block hashes as the low 8 bytes of each, co
 (`pack_hashes`: all the run file keeps of a hash, a quarter of a SHA-256 one). So the engine
 encodes, and the collector decodes and stores, a record's blocks as a few byte strings, not
 an object per block (a capture delivers millions of block rows a minute); the collector
-stores one row per block.
+stores one row per block. In a model with several KV cache groups (hybrid: sliding-window or
+chunked-local layers beside full attention), a hit, allocate or store names its group
+(`kv_group`, vLLM's group index); the collector names the group of each freed or evicted
+block from its allocation (`kv_groups`).
 
 Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix),
 never Python `hash()` values. `seq` increases by one per record inside one engine:
@@ -59,8 +62,9 @@ HASH_BYTES = 8  # of each block hash on the wire
 GROUP_ID_BYTES = 4  # after the hash in vLLM's cache key (`BlockHashWithGroupId`)
 # The record stream's meaning, as the collector must read it. 2: the hooks send evictions on
 # reuse, cached-free counts and cleared counts as the collector's to derive (1: they sent
-# them). A collector refuses a stream in another format.
-WIRE_FORMAT = 2
+# them). 3: block records name their KV cache group, and a hit its first position. A
+# collector refuses a stream in another format.
+WIRE_FORMAT = 3
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -102,16 +106,21 @@ class Lookup(_Record, tag="lookup"):
 
 
 class Hit(_Record, tag="hit"):
-    """Cached blocks reused by a request: its prefix, block 0 onwards."""
+    """Cached blocks reused by a request in one KV cache group: the blocks of its prefix from
+    `first_position` on (0 in a full-attention group; a sliding-window group reuses only the
+    blocks its window still reads, and leaves the ones before as vLLM's null block)."""
 
     block_ids: PackedCounts
     block_hashes: PackedHashes
+    first_position: Count = 0
+    kv_group: Count = 0
 
 
 class Allocate(_Record, tag="allocate"):
-    """Blocks that left the free queue for a request."""
+    """Blocks that left the free queue for a request's KV cache group `kv_group`."""
 
     block_ids: PackedCounts
+    kv_group: Count = 0
 
 
 class Store(_Record, tag="store"):
@@ -129,6 +138,7 @@ class Store(_Record, tag="store"):
     block_size: Count
     extra_keys: list[tuple[Label, ...] | None] | None = None
     token_ids: list[list[TokenId]] | None = None
+    kv_group: Count = 0
 
 
 class Evict(_Record, tag="evict"):
@@ -139,18 +149,24 @@ class Evict(_Record, tag="evict"):
     stream last left cached: the collector derives that `Evict` (`collector/store/
     cache_mirror.py`), so the engine keeps no per-block state for it. How long each block was
     cached and how often it was hit meanwhile follow from the same stream too.
+
+    `kv_groups`, the KV cache group of each block, the collector fills from the blocks'
+    allocations (the hooks send None: one call can evict blocks of several groups).
     """
 
     block_ids: PackedCounts
     block_hashes: PackedHashes
+    kv_groups: PackedCounts | None = None
 
 
 class Free(_Record, tag="free"):
     """Blocks a request released, with their reference counts after (0: back in the free
-    queue, still cached if hashed)."""
+    queue, still cached if hashed). `kv_groups` as in `Evict`: the collector's to fill (vLLM
+    frees a finished request's blocks of every group in one call)."""
 
     block_ids: PackedCounts
     ref_cnts: PackedCounts
+    kv_groups: PackedCounts | None = None
 
 
 class Collision(_Record, tag="collision"):

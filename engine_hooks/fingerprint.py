@@ -59,15 +59,17 @@ class BlockFingerprints:
         return chain
 
     def mismatches(
-        self, request: Request, block_ids: list[int]
+        self, request: Request, block_ids: list[int], first_position: int = 0
     ) -> Iterator[tuple[int, bytes, str | None, bytes]]:
-        """For each hit block (positions 0..) whose stored fingerprint is not the request's
-        own: its position, the stored fingerprint, who stored it, and the request's own."""
-        expected = self.chain(request, len(block_ids))
-        for position, block_id in enumerate(block_ids):
+        """For each hit block (at positions `first_position`.. of the request) whose stored
+        fingerprint is not the request's own: its index in `block_ids`, the stored
+        fingerprint, who stored it, and the request's own."""
+        expected = self.chain(request, first_position + len(block_ids))
+        for index, block_id in enumerate(block_ids):
             stored = self._stored.get(block_id)
-            if stored is not None and stored != expected[position]:
-                yield position, stored, self._stored_by.get(block_id), expected[position]
+            own = expected[first_position + index]
+            if stored is not None and stored != own:
+                yield index, stored, self._stored_by.get(block_id), own
 
     def forget(self, request_id: str) -> None:
         """Drop a request's chain (it finished or was preempted)."""

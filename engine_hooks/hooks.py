@@ -6,7 +6,7 @@ original first and then record what happened; vLLM's files and classes are untou
 
 The hooks keep no per-block state of their own: each record says what vLLM just did to a
 list of blocks, in the order it did it. Every place that sets or clears a block's hash in a
-one-group full-attention pool goes through a hooked method:
+pool of the layouts kvscope mirrors (layout.py) goes through a hooked method:
   set:    `cache_full_blocks` (a `Store`)
   clear:  `get_new_blocks` (an `Allocate`: a cached block handed out again loses its hash),
           `evict_blocks` (an `Evict`), `reset_prefix_cache` (a `Reset`).
@@ -16,6 +16,12 @@ from it the evictions on reuse and the cached-free counts (`collector/store/cach
 The hooks record block records without tenant or LoRA; those sit on the request records
 (`Arrive`, `Lookup`) and a block record reaches them through `request_id`.
 
+In a layout of several KV cache groups (or of one sliding-window or chunked-local group),
+the pool does not know which group calls it: the hooks also wrap each group's own manager
+(`SingleTypeKVCacheManager`) where it allocates or reuses blocks, to name the group in the
+records (`kv_group`). vLLM frees the blocks of every group of a request in one call; the
+collector names the group of each freed or evicted block from its allocation.
+
 With `check_collisions`, the hooks do keep per-block state: an independent fingerprint of
 every cached block (`fingerprint.py`), compared with the requesting prompt's own on every
 prefix hit; a mismatch is a `Collision` record naming both requests.
@@ -23,8 +29,9 @@ prefix hit; a mismatch is a `Collision` record naming both requests.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine_hooks.buffer import EventBuffer
@@ -36,7 +43,7 @@ from engine_hooks.events import (
     Preempt,
     Schedule,
 )
-from engine_hooks.layout import check_layout
+from engine_hooks.layout import CacheLayout, check_layout
 from engine_hooks.pool_hooks import POOL_METHODS, Clock, PoolHooks
 from engine_hooks.privacy import Pseudonymizer
 
@@ -45,6 +52,12 @@ if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run
     from vllm.v1.request import Request
 
 MANAGER_METHODS = ("allocate_slots", "free", "record_prefix_cache_stats")
+# Each group's own manager, in a layout that is not dense (see PoolHooks).
+GROUP_METHODS = (
+    "add_local_computed_blocks",
+    "allocate_new_blocks",
+    "allocate_external_computed_blocks",
+)
 
 
 class KVCacheHooks(PoolHooks):
@@ -60,12 +73,12 @@ class KVCacheHooks(PoolHooks):
         record_token_ids: bool = False,
         check_collisions: bool = False,
     ) -> None:
-        check_layout(manager)
+        layout: CacheLayout = check_layout(manager)
         super().__init__(
             manager.block_pool,
             buffer,
             clock=clock,
-            block_size=manager.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size,
+            layout=layout,
             record_token_ids=record_token_ids,
             check_collisions=check_collisions,
         )
@@ -79,16 +92,28 @@ class KVCacheHooks(PoolHooks):
         """Install the hooks on the manager and its pool; returns self."""
         if self._attached:
             raise RuntimeError("hooks are already attached")
-        for name in MANAGER_METHODS + POOL_METHODS:
-            target = self._manager if name in MANAGER_METHODS else self._pool
+        targets: list[tuple[Any, str, Callable[[Callable[..., Any]], Any]]] = [
+            (
+                self._manager if name in MANAGER_METHODS else self._pool,
+                name,
+                getattr(self, f"_make_{name}"),
+            )
+            for name in MANAGER_METHODS + POOL_METHODS
+        ]
+        if not self.layout.dense:
+            for group, single in enumerate(self._manager.coordinator.single_type_managers):
+                targets += [
+                    (single, name, functools.partial(getattr(self, f"_make_{name}"), group=group))
+                    for name in GROUP_METHODS
+                ]
+        for target, name, make in targets:
             method = getattr(target, name)
             # Never touch `vars(target)`: CPython would build the instance's `__dict__` for
             # it, and every attribute vLLM reads on that object would get slower for good.
             if getattr(method, "__self__", None) is not target:
                 self.detach()
                 raise RuntimeError(f"{type(target).__name__}.{name} is already patched")
-            wrapper = getattr(self, f"_make_{name}")(method)
-            setattr(target, name, wrapper)
+            setattr(target, name, make(method))
             self._attached.append((target, name))
         return self
 
@@ -149,6 +174,39 @@ class KVCacheHooks(PoolHooks):
         self._emit([record])
 
     # -- manager wrappers --------------------------------------------------------------
+
+    def _make_add_local_computed_blocks(
+        self, original: Callable[..., Any], group: int
+    ) -> Callable[..., Any]:
+        """A group's manager reusing its prefix hit: the `Hit` names the group, and starts
+        where the hit's null blocks (vLLM's placeholders left of a window) end."""
+
+        def add_local_computed_blocks(
+            request_id: str, new_computed_blocks: Sequence[Any], *args: Any, **kwargs: Any
+        ) -> None:
+            self._group = group
+            self._hit_length = len(new_computed_blocks)
+            try:
+                original(request_id, new_computed_blocks, *args, **kwargs)
+            finally:
+                self._group = 0
+                self._hit_length = 0
+
+        return add_local_computed_blocks
+
+    def _make_allocate_new_blocks(self, original: Callable[..., Any], group: int) -> Any:
+        """A group's manager taking blocks from the pool: the `Allocate` names the group."""
+
+        def allocate(*args: Any, **kwargs: Any) -> Any:
+            self._group = group
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._group = 0
+
+        return allocate
+
+    _make_allocate_external_computed_blocks = _make_allocate_new_blocks
 
     def _make_allocate_slots(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def allocate_slots(request: Request, *args: Any, **kwargs: Any) -> Any:

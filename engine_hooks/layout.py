@@ -1,36 +1,84 @@
-"""The one KV cache layout the hooks can mirror exactly, and the check for it."""
+"""The KV cache layouts the hooks can mirror exactly, and the check for them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
 class UnsupportedCacheLayout(RuntimeError):
-    """The manager is not one the hooks can mirror exactly (e.g. several KV cache groups)."""
+    """The manager is not one the hooks can mirror exactly (e.g. Mamba state groups)."""
 
 
-def check_layout(manager: Any) -> None:
-    """kvscope mirrors one full-attention KV cache group hashed at its own block size.
+# vLLM's manager class of each group kind the hooks mirror, by the kind's name in kvscope.
+# MLA groups are full attention to the block manager (`FullAttentionManager`).
+MANAGER_KINDS = {
+    "FullAttentionManager": "full",
+    "SlidingWindowManager": "sliding_window",
+    "ChunkedLocalAttentionManager": "chunked_local",
+}
 
-    That layout is what makes the hooks' fast paths exact: vLLM then never puts a null block
-    in a request's table, never masks a block out of caching, and never registers partial
-    (sub-block) hashes, so every block from `num_cached_blocks` to `num_full_blocks` that
-    `cache_full_blocks` sees is stored, and every block freed is a real pool block.
+
+@dataclass(frozen=True)
+class KvGroup:
+    """One KV cache group: what kind of attention its layers use, its block size, and the
+    tokens each layer reads back (the sliding window or the local chunk; 0 for full)."""
+
+    kind: str
+    block_size: int
+    window: int = 0
+    num_layers: int = 1
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """A manager's KV cache groups, in vLLM's group order (a record's `kv_group` indexes it)."""
+
+    groups: tuple[KvGroup, ...]
+
+    @property
+    def block_size(self) -> int:
+        return self.groups[0].block_size
+
+    @property
+    def dense(self) -> bool:
+        """One full-attention group: every prefix hit starts at block 0, every block vLLM
+        tracks is a real pool block, and every full block is stored. The hooks' fast paths
+        rely on it; other layouts take the sparse ones (null blocks, masks, groups)."""
+        return len(self.groups) == 1 and self.groups[0].kind == "full"
+
+
+def check_layout(manager: Any) -> CacheLayout:
+    """The manager's layout, if kvscope mirrors it exactly; `UnsupportedCacheLayout` if not.
+
+    Every group must be full attention (MLA included), sliding window or chunked local
+    attention, hashed at its own block size (so vLLM registers no partial-block hashes), and
+    cached by prefix. Mamba state groups are not mirrored: vLLM copies, moves and drops their
+    cached blocks' hashes outside the pool methods the hooks see.
     """
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
-    groups = manager.kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise UnsupportedCacheLayout(
-            f"kvscope mirrors one KV cache group, this manager has {len(groups)}"
-        )
-    spec = groups[0].kv_cache_spec
-    if not isinstance(spec, FullAttentionSpec):
-        raise UnsupportedCacheLayout(
-            f"kvscope mirrors full attention, this manager's group is {type(spec).__name__}"
-        )
-    if manager.block_pool.hash_block_size != spec.block_size:
-        raise UnsupportedCacheLayout(
-            f"kvscope mirrors hashing at the block size ({spec.block_size}), this manager "
-            f"hashes every {manager.block_pool.hash_block_size} tokens"
-        )
+    coordinator = manager.coordinator
+    hash_block_size = manager.block_pool.hash_block_size
+    groups = []
+    for index, (group, single) in enumerate(
+        zip(manager.kv_cache_config.kv_cache_groups, coordinator.single_type_managers, strict=True)
+    ):
+        spec = group.kv_cache_spec
+        kind = MANAGER_KINDS.get(type(single).__name__)
+        if kind is None:
+            raise UnsupportedCacheLayout(
+                f"kvscope mirrors full-attention, sliding-window and chunked-local groups; "
+                f"group {index} is {type(spec).__name__} ({type(single).__name__})"
+            )
+        if spec.block_size != hash_block_size:
+            raise UnsupportedCacheLayout(
+                f"kvscope mirrors groups hashed at their block size; group {index} has "
+                f"{spec.block_size}-token blocks, hashed every {hash_block_size} tokens"
+            )
+        if not getattr(spec, "prefix_cacheable", True):
+            raise UnsupportedCacheLayout(f"group {index} ({type(spec).__name__}) is not cached")
+        window = {"sliding_window": "sliding_window", "chunked_local": "attention_chunk_size"}
+        tokens = int(getattr(spec, window[kind])) if kind in window else 0
+        groups.append(KvGroup(kind, spec.block_size, tokens, len(group.layer_names)))
+    if getattr(coordinator, "enable_partial_hash_hits", False):
+        raise UnsupportedCacheLayout("kvscope does not mirror partial-block prefix hits")
+    return CacheLayout(tuple(groups))

@@ -15,6 +15,7 @@ setting) is logged as one error line and the engine runs on without capture.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import logging
 import time
@@ -158,6 +159,7 @@ class Capture:
             "max_num_seqs": int(vllm_config.scheduler_config.max_num_seqs),
             "check_collisions": self.check_collisions,
             "record_token_ids": self.config.record_token_ids,
+            "kv_groups": [dataclasses.asdict(group) for group in self.hooks.layout.groups],
         }
 
     def start(self) -> Capture:

@@ -24,6 +24,7 @@ from engine_hooks.events import (
     pack_hashes,
 )
 from engine_hooks.fingerprint import BlockFingerprints
+from engine_hooks.layout import CacheLayout
 
 if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run time
     from vllm.v1.core.block_pool import BlockPool
@@ -44,7 +45,13 @@ POOL_METHODS = (
 
 class PoolHooks:
     """Records the block events of one `BlockPool` into an `EventBuffer`; the request that
-    caused them is the one the manager half set in `_request`."""
+    caused them is the one the manager half set in `_request`, and in a layout of several
+    groups (or of one that is not full attention) the group is the one it set in `_group`.
+
+    A dense layout (one full-attention group, `CacheLayout.dense`) gets the fast wrappers;
+    any other gets the sparse ones, which skip vLLM's null blocks, store only the blocks
+    vLLM stores, and say where a group's hit starts (`_hit_length`: the blocks of the hit
+    vLLM found for the group, nulls included, set by the manager half)."""
 
     def __init__(
         self,
@@ -52,17 +59,20 @@ class PoolHooks:
         buffer: EventBuffer,
         *,
         clock: Clock,
-        block_size: int,
+        layout: CacheLayout,
         record_token_ids: bool,
         check_collisions: bool,
     ) -> None:
         self._pool = pool
         self._buffer = buffer
         self._clock = clock
-        self.block_size = block_size
+        self.layout = layout
+        self.block_size = layout.block_size
         self.record_token_ids = record_token_ids
-        self._fingerprints = BlockFingerprints(block_size) if check_collisions else None
+        self._fingerprints = BlockFingerprints(self.block_size) if check_collisions else None
         self._request: Request | None = None
+        self._group = 0
+        self._hit_length = 0
         self._seq = 0
         self.num_lost = 0
 
@@ -99,7 +109,11 @@ class PoolHooks:
             if fingerprints:
                 fingerprints.uncache(block_ids)  # vLLM dropped the hashes of cached ones
             record = Allocate(
-                self._next_seq(), self._clock(), self._request_id(), pack_counts(block_ids)
+                self._next_seq(),
+                self._clock(),
+                self._request_id(),
+                pack_counts(block_ids),
+                self._group,
             )
             self._emit([record])
             return blocks
@@ -107,46 +121,62 @@ class PoolHooks:
         return get_new_blocks
 
     def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        dense = self.layout.dense
+
         def touch(blocks: Sequence[KVCacheBlock]) -> None:
             original(blocks)
+            first = 0
+            if not dense:  # a window's hit: vLLM's null blocks first, then the ones reused
+                blocks = [block for block in blocks if not block.is_null]
+                first = max(self._hit_length - len(blocks), 0)
             if not blocks:
                 return
-            # One full-attention group (see layout.py): a prefix hit holds no null block.
             block_ids = [block.block_id for block in blocks]
             keys = cast("list[bytes]", [block.block_hash for block in blocks])
             now = self._clock()
             request_id = self._request_id()
             hashes = pack_cache_keys(keys)
             records: list[Event] = [
-                Hit(self._next_seq(), now, request_id, pack_counts(block_ids), hashes)
+                Hit(
+                    self._next_seq(),
+                    now,
+                    request_id,
+                    pack_counts(block_ids),
+                    hashes,
+                    first,
+                    self._group,
+                )
             ]
             if self._fingerprints and self._request is not None:
-                records += self._check_hits(self._request, now, block_ids, keys)
+                records += self._check_hits(self._request, now, block_ids, keys, first=first)
             self._emit(records)
 
         return touch
 
     def _check_hits(
-        self, request: Request, now: int, block_ids: list[int], keys: list[bytes]
+        self, request: Request, now: int, block_ids: list[int], keys: list[bytes], *, first: int
     ) -> list[Event]:
-        """Compare each hit block's stored fingerprint with the request's own (positions 0..)."""
+        """Compare each hit block's stored fingerprint with the request's own (positions
+        `first`..)."""
         assert self._fingerprints is not None
-        mismatches = self._fingerprints.mismatches(request, block_ids)
+        mismatches = self._fingerprints.mismatches(request, block_ids, first)
         return [
             Collision(
                 self._next_seq(),
                 now,
                 request.request_id,
-                block_ids[position],
-                keys[position][:-GROUP_ID_BYTES],
+                block_ids[index],
+                keys[index][:-GROUP_ID_BYTES],
                 stored_by,
                 stored,
                 expected,
             )
-            for position, stored, stored_by, expected in mismatches
+            for index, stored, stored_by, expected in mismatches
         ]
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        dense = self.layout.dense
+
         def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
             request: Request,
             blocks: list[KVCacheBlock],
@@ -167,39 +197,63 @@ class PoolHooks:
             )
             if num_cached_blocks >= num_full_blocks:
                 return
-            # One full-attention group hashed at its block size (see layout.py): vLLM
-            # stores every block of the range; full attention never masks one out.
-            positions = range(num_cached_blocks, num_full_blocks)
-            block_ids = [block.block_id for block in blocks[num_cached_blocks:num_full_blocks]]
-            request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
-            if self._fingerprints:
-                chain = self._fingerprints.chain(request, positions[-1] + 1)
-                self._fingerprints.store(
-                    block_ids, map(chain.__getitem__, positions), request.request_id
-                )
-            first = positions[0]
-            record = Store(
-                self._next_seq(),
-                self._clock(),
-                request.request_id,
-                pack_counts(block_ids),
-                pack_hashes(request_hashes[num_cached_blocks:num_full_blocks]),
-                request_hashes[first - 1] if first else None,
-                first,
-                block_size,
-                extra_key_kinds(request, positions),
-                block_token_ids(request, positions, block_size) if self.record_token_ids else None,
-            )
-            self._emit([record])
+            if dense:  # vLLM stores every block of the range: full attention masks none out
+                self._store(request, blocks, num_cached_blocks, num_full_blocks, 0)
+                return
+            # vLLM skips null blocks (left of a window) and the ones the mask leaves out
+            # (which no later prefix could reach): one `Store` per run of stored positions.
+            stored = [
+                position
+                for position in range(num_cached_blocks, num_full_blocks)
+                if not blocks[position].is_null
+                and (block_mask is None or block_mask[position - num_cached_blocks])
+            ]
+            start = 0
+            for index in range(1, len(stored) + 1):
+                if index == len(stored) or stored[index] != stored[index - 1] + 1:
+                    first = stored[start]
+                    self._store(request, blocks, first, first + index - start, kv_cache_group_id)
+                    start = index
 
         return cache_full_blocks
 
+    def _store(
+        self, request: Request, blocks: list[KVCacheBlock], first: int, end: int, group: int
+    ) -> None:
+        """Record that vLLM stored the request's blocks at positions `first` to `end`."""
+        positions = range(first, end)
+        block_ids = [block.block_id for block in blocks[first:end]]
+        request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
+        if self._fingerprints:
+            chain = self._fingerprints.chain(request, end)
+            self._fingerprints.store(
+                block_ids, map(chain.__getitem__, positions), request.request_id
+            )
+        record = Store(
+            self._next_seq(),
+            self._clock(),
+            request.request_id,
+            pack_counts(block_ids),
+            pack_hashes(request_hashes[first:end]),
+            request_hashes[first - 1] if first else None,
+            first,
+            self.block_size,
+            extra_key_kinds(request, positions),
+            block_token_ids(request, positions, self.block_size) if self.record_token_ids else None,
+            group,
+        )
+        self._emit([record])
+
     def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        dense = self.layout.dense
+
         def free_blocks(ordered_blocks: Iterable[KVCacheBlock]) -> None:
             blocks = list(ordered_blocks)
             original(blocks)
+            if not dense:  # vLLM skips null blocks (it never pools them)
+                blocks = [block for block in blocks if not block.is_null]
             if not blocks:
-                return  # one full-attention group (see layout.py): no null blocks
+                return
             record = Free(
                 self._next_seq(),
                 self._clock(),

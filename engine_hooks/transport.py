@@ -56,6 +56,19 @@ MAX_FRAME_BYTES = 16 << 20
 logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
 
 
+class KvGroupSettings(msgspec.Struct, gc=False):
+    """One KV cache group of the engine (`engine_hooks.layout.KvGroup`)."""
+
+    kind: Label
+    block_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+    window: Count = 0
+    num_layers: Count = 1
+
+
+# A model's KV cache groups: a few in practice (one per attention kind and size).
+MAX_KV_GROUPS = 64
+
+
 class EngineSettings(msgspec.Struct, omit_defaults=True, gc=False):
     """The engine's cache settings: the run's configuration when a collector starts one."""
 
@@ -67,6 +80,7 @@ class EngineSettings(msgspec.Struct, omit_defaults=True, gc=False):
     max_num_seqs: Count = 0
     check_collisions: bool = False
     record_token_ids: bool = False
+    kv_groups: Annotated[list[KvGroupSettings], msgspec.Meta(max_length=MAX_KV_GROUPS)] = []
 
 
 class BatchHeader(msgspec.Struct, array_like=True, gc=False):

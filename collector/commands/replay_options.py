@@ -21,6 +21,7 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         "--num-blocks", type=int, default=20_000, help="blocks in the pool, null block included"
     )
     parser.add_argument("--hash-algo", choices=HASH_ALGOS, default="sha256")
+    add_layout_option(parser, default="full")
     parser.add_argument("--timing", choices=TIMINGS, default="sequential")
     parser.add_argument(
         "--max-num-seqs", type=int, default=256, help="running requests at most (timestamps)"
@@ -49,6 +50,17 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_layout_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    from collector.replay.kv_layout import PRESETS
+
+    parser.add_argument(
+        "--kv-layout",
+        default=default,
+        help=f"the model's KV cache groups: a preset ({', '.join(PRESETS)}) or groups spelled "
+        "out, e.g. full,sliding_window:128 (default: full)",
+    )
+
+
 def replay_options(args: argparse.Namespace) -> ReplayOptions:
     """The ReplayOptions the parsed arguments describe."""
     from collector.replay.block_manager import CacheSettings
@@ -56,7 +68,7 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
     from collector.replay.simulator import StepModel
 
     return ReplayOptions(
-        settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo),
+        settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo, args.kv_layout),
         timing=args.timing,
         max_num_seqs=args.max_num_seqs,
         step_model=StepModel(args.step_ms, args.prefill_us_per_token),

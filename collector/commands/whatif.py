@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+from collector.commands.replay_options import add_layout_option
 from collector.queries.config import run_config
 
 
@@ -49,6 +50,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--max-num-seqs", type=lambda text: _numbers(int, text))
     parser.add_argument("--timing", choices=TIMINGS, help="default: the run's, else sequential")
     parser.add_argument("--hash-algo", choices=HASH_ALGOS)
+    add_layout_option(parser, default=None)
     parser.add_argument("--format", choices=FORMATS, default="auto", dest="trace_format")
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays")
@@ -106,6 +108,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         "max_num_seqs": 256,
         "timing": "sequential",
         "hash_algo": "sha256",
+        "kv_layout": "full",
     }
     reveal = False
     if source.is_run:
@@ -117,13 +120,19 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         finally:
             store.close()
         settings: Mapping[str, Any] = config
+        options = settings.get("options") or {}
+        options = json.loads(options) if isinstance(options, str) else options
         defaults.update(
             {name: settings[name] for name in defaults if settings.get(name) is not None}
         )
+        defaults["kv_layout"] = options.get("kv_layout") or defaults["kv_layout"]
         reveal = True  # the run's tenant labels are already what it chose to store
     base = ReplayOptions(
         settings=CacheSettings(
-            defaults["block_size"], defaults["num_blocks"], args.hash_algo or defaults["hash_algo"]
+            defaults["block_size"],
+            defaults["num_blocks"],
+            args.hash_algo or defaults["hash_algo"],
+            args.kv_layout or defaults["kv_layout"],
         ),
         timing=args.timing or defaults["timing"],
         reveal_tenants=reveal,

@@ -93,9 +93,10 @@ def check_batch(header: BatchHeader, records: list[Event]) -> None:
         )
     packed_ids: list[bytes] = []
     packed_ref_cnts: list[bytes] = []
+    num_groups = max(len(header.config.kv_groups), 1)
     for record in records:
         if isinstance(record, Hit | Allocate | Store | Evict | Free):
-            problem = _block_columns_problem(record)
+            problem = _block_columns_problem(record, num_groups)
             if problem:
                 raise RejectedMessage("inconsistent", f"record {record.seq}: {problem}")
             packed_ids.append(record.block_ids)
@@ -111,10 +112,18 @@ def check_batch(header: BatchHeader, records: list[Event]) -> None:
         raise RejectedMessage("invalid", "a negative reference count")
 
 
-def _block_columns_problem(record: Hit | Allocate | Store | Evict | Free) -> str | None:
-    """Why a block record's packed columns do not fit together, or None."""
+def _block_columns_problem(
+    record: Hit | Allocate | Store | Evict | Free, num_groups: int
+) -> str | None:
+    """Why a block record's packed columns do not fit together (or its KV cache group is not
+    one of the engine's), or None."""
     if len(record.block_ids) % COUNT_BYTES:
         return "block ids not packed 4 bytes each"
+    if isinstance(record, Free | Evict):
+        if record.kv_groups is not None:
+            return "the groups of freed and evicted blocks are the collector's to name"
+    elif record.kv_group >= num_groups:
+        return f"KV cache group {record.kv_group} of an engine with {num_groups}"
     count = num_blocks(record)
     if isinstance(record, Free):
         if len(record.ref_cnts) != len(record.block_ids):

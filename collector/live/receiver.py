@@ -301,5 +301,6 @@ def _run_config(header: BatchHeader) -> RunConfig:
             "model": settings.model,
             "check_collisions": settings.check_collisions,
             "record_token_ids": settings.record_token_ids,
+            "kv_groups": msgspec.to_builtins(settings.kv_groups),
         },
     )

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from collector.replay.kv_layout import check_fits, parse_layout
+
 if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import BlockHash
@@ -24,6 +26,7 @@ class CacheSettings:
     block_size: int = 16
     num_blocks: int = 20_000
     hash_algo: str = "sha256"
+    kv_layout: str = "full"  # a preset or groups spelled out (collector/replay/kv_layout.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
@@ -34,26 +37,49 @@ class CacheSettings:
             )
         if self.hash_algo not in HASH_ALGOS:
             raise ValueError(f"unknown hash algorithm {self.hash_algo!r}; use one of {HASH_ALGOS}")
+        check_fits(parse_layout(self.kv_layout), self.block_size)
 
 
 def make_kv_cache_manager(
     settings: CacheSettings, log_stats: bool = True, kv_events: bool = False
 ) -> KVCacheManager:
-    """A `KVCacheManager` with one full-attention group, as the scheduler would build it.
+    """A `KVCacheManager` with the settings' KV cache groups (one full-attention group by
+    default), as the scheduler would build it: several groups get vLLM's hybrid coordinator.
 
     `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
     """
     import torch
     from vllm.v1.core.kv_cache_manager import KVCacheManager
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-
-    spec = FullAttentionSpec(
-        block_size=settings.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheSpec,
+        SlidingWindowSpec,
     )
+
+    block_size = settings.block_size
+    groups = []
+    for index, (kind, tokens) in enumerate(parse_layout(settings.kv_layout)):
+        spec: KVCacheSpec
+        if kind == "sliding_window":
+            spec = SlidingWindowSpec(
+                block_size, num_kv_heads=1, head_size=1, dtype=torch.float16, sliding_window=tokens
+            )
+        elif kind == "chunked_local":
+            spec = ChunkedLocalAttentionSpec(
+                block_size,
+                num_kv_heads=1,
+                head_size=1,
+                dtype=torch.float16,
+                attention_chunk_size=tokens,
+            )
+        else:
+            spec = FullAttentionSpec(block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
+        groups.append(KVCacheGroupSpec([f"model.layers.{index}.self_attn"], spec))
     config = KVCacheConfig(
-        num_blocks=settings.num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn"], spec)],
+        num_blocks=settings.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups
     )
     return KVCacheManager(
         config,
@@ -64,6 +90,15 @@ def make_kv_cache_manager(
         log_stats=log_stats,
         enable_kv_cache_events=kv_events,
     )
+
+
+def kv_groups(settings: CacheSettings) -> list[dict[str, object]]:
+    """The settings' KV cache groups as a run file's options keep them (as the hooks in an
+    engine describe its groups: `engine_hooks.layout.KvGroup`)."""
+    return [
+        {"kind": kind, "block_size": settings.block_size, "window": tokens, "num_layers": 1}
+        for kind, tokens in parse_layout(settings.kv_layout)
+    ]
 
 
 def make_block_hasher(settings: CacheSettings) -> BlockHasher:

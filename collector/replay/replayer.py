@@ -14,6 +14,7 @@ from pathlib import Path
 from collector.queries.summary import RunSummary, run_summary
 from collector.replay.block_manager import (
     CacheSettings,
+    kv_groups,
     make_block_hasher,
     make_kv_cache_manager,
     require_vllm,
@@ -157,5 +158,7 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
             "record_token_ids": options.record_token_ids,
             "reveal_tenants": options.reveal_tenants,
             "check_collisions": options.check_collisions,
+            "kv_layout": settings.kv_layout,
+            "kv_groups": kv_groups(settings),
         },
     )

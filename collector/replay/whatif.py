@@ -203,6 +203,7 @@ def write_results(
         "source": str(source.path),
         "timing": base.timing,
         "hash_algo": base.settings.hash_algo,
+        "kv_layout": base.settings.kv_layout,
         "kv_spec": spec.to_dict(),
         "results": results,
     }

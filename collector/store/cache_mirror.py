@@ -7,16 +7,18 @@ engine and DP rank, and completes the records with what follows from it:
   cached free block it hands out again): an `Evict` of those blocks, with the hashes they
   were stored under, goes just before it, under the same record number and request;
 - a `Pool` gets the number of cached blocks among the free (`num_cached_free`);
-- a `Reset` gets the number of cached blocks it cleared.
+- a `Reset` gets the number of cached blocks it cleared;
+- a `Free` or an `Evict` gets the KV cache group of each of its blocks: the group of the
+  block's last allocation or reuse (one call of vLLM frees blocks of several groups).
 
 Per block the mirror holds the low 64 bits of its hash (as the run file keeps them), whether
-it is cached, and whether it sits in vLLM's free queue; each record updates them with a few
-array operations, no Python loop per block. The mirror is exact while the stream is whole.
-Records lost on the way (a `Drop`) leave it wrong about the blocks they touched until those
-blocks are stored again: an eviction of a block whose store was lost is missed, and the
-cached-free count can be off (it never goes below 0 or past the free count). A hit re-learns
-the hashes of its blocks. A collector resumed on a run file starts from the state the file's
-rows leave (`RunStore.resume`).
+it is cached, whether it sits in vLLM's free queue, and its KV cache group; each record
+updates them with a few array operations, no Python loop per block. The mirror is exact
+while the stream is whole. Records lost on the way (a `Drop`) leave it wrong about the
+blocks they touched until those blocks are stored again: an eviction of a block whose store
+was lost is missed, and the cached-free count can be off (it never goes below 0 or past the
+free count). A hit re-learns the hashes of its blocks. A collector resumed on a run file
+starts from the state the file's rows leave (`RunStore.resume`).
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ from engine_hooks.events import (
 Engine = tuple[str, int]  # engine id, DP rank
 
 
-# Per engine and block, what its rows left it: cached (stored or hit after its last
-# allocation, eviction and reset), with which hash, and whether it is free (unreferenced
-# after its last allocation, hit, store or free).
-CACHED_BLOCKS_SQL = """
+# Per engine and block, what its rows left it: its KV cache group (of its last allocation,
+# hit or store), whether it is cached (stored or hit after its last allocation, eviction and
+# reset), with which hash, and whether it is free (unreferenced after its last allocation,
+# hit, store or free).
+BLOCK_STATES_SQL = """
     WITH block_rows AS (
         SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
-            seq, kind::VARCHAR AS kind, block_id, block_hash, ref_cnt
+            seq, kind::VARCHAR AS kind, block_id, block_hash, ref_cnt, kv_group
         FROM events WHERE kind IN ('store', 'hit', 'allocate', 'evict', 'free')
     ),
     resets AS (
@@ -62,14 +65,17 @@ CACHED_BLOCKS_SQL = """
             max(seq) FILTER (WHERE kind IN ('allocate', 'evict')) AS uncached_seq,
             arg_max(block_hash, seq) FILTER (WHERE kind IN ('store', 'hit')) AS block_hash,
             arg_max(kind = 'free' AND ref_cnt = 0, seq)
-                FILTER (WHERE kind IN ('store', 'hit', 'allocate', 'free')) AS free
+                FILTER (WHERE kind IN ('store', 'hit', 'allocate', 'free')) AS free,
+            arg_max(kv_group, seq)
+                FILTER (WHERE kind IN ('store', 'hit', 'allocate')) AS kv_group
         FROM block_rows GROUP BY ALL
     )
-    SELECT engine, rank, block_id, block_hash, free
+    SELECT engine, rank, block_id, coalesce(block_hash, 0) AS block_hash,
+        coalesce(free, false) AS free, coalesce(kv_group, 0) AS kv_group,
+        cached_seq IS NOT NULL
+            AND (uncached_seq IS NULL OR cached_seq > uncached_seq)
+            AND (reset_seq IS NULL OR cached_seq > reset_seq) AS cached
     FROM blocks LEFT JOIN resets USING (engine, rank)
-    WHERE cached_seq IS NOT NULL
-        AND (uncached_seq IS NULL OR cached_seq > uncached_seq)
-        AND (reset_seq IS NULL OR cached_seq > reset_seq)
     ORDER BY engine, rank, block_id
 """
 
@@ -81,17 +87,21 @@ class CacheMirror:
         self._hashes = np.zeros(num_blocks, dtype=np.uint64)
         self._cached = np.zeros(num_blocks, dtype=bool)
         self._free = np.zeros(num_blocks, dtype=bool)  # in vLLM's free queue
+        self._groups = np.zeros(num_blocks, dtype=np.int32)
         self.num_cached_free = 0
 
     @property
     def num_cached(self) -> int:
         return int(np.count_nonzero(self._cached))
 
-    def restore(self, block_ids: np.ndarray, hashes: np.ndarray, free: np.ndarray) -> None:
-        """Start from the cached blocks a run file's rows leave (`CACHED_BLOCKS_SQL`)."""
+    def restore(self, blocks: pd.DataFrame) -> None:
+        """Start from the blocks a run file's rows leave (`BLOCK_STATES_SQL`'s columns)."""
+        block_ids = blocks["block_id"].to_numpy(np.int64)
         self._fit(block_ids)
-        self._hashes[block_ids] = hashes
-        self._set(block_ids, cached=True, free=free)
+        self._groups[block_ids] = blocks["kv_group"].to_numpy(np.int32)
+        cached = blocks["cached"].to_numpy(bool)
+        self._hashes[block_ids[cached]] = blocks["block_hash"].to_numpy(np.uint64)[cached]
+        self._set(block_ids[cached], cached=True, free=blocks["free"].to_numpy(bool)[cached])
 
     def complete(self, record: Event) -> Evict | None:
         """Update the mirror with one record, filling what the hooks left to the collector;
@@ -101,13 +111,17 @@ class CacheMirror:
         if isinstance(record, Hit | Store):  # a hit re-learns what a lost store said
             block_ids = self._block_ids(record)
             self._hashes[block_ids] = low_64_bits(record.block_hashes, hash_width(record))
+            self._groups[block_ids] = record.kv_group
             self._set(block_ids, cached=True, free=False)
         elif isinstance(record, Free):
             block_ids = self._block_ids(record)
+            record.kv_groups = self._groups[block_ids].astype("<i4").tobytes()
             unreferenced = np.frombuffer(record.ref_cnts, dtype="<i4") == 0
             self._set(block_ids[unreferenced], free=True)
         elif isinstance(record, Evict):
-            self._set(self._block_ids(record), cached=False)
+            block_ids = self._block_ids(record)
+            record.kv_groups = self._groups[block_ids].astype("<i4").tobytes()
+            self._set(block_ids, cached=False)
         elif isinstance(record, Reset):
             record.num_cleared = self.num_cached
             self._cached[:] = False
@@ -119,6 +133,8 @@ class CacheMirror:
     def _allocate(self, record: Allocate) -> Evict | None:
         block_ids = self._block_ids(record)
         evicted = block_ids[self._cached[block_ids]]
+        evicted_groups = self._groups[evicted]
+        self._groups[block_ids] = record.kv_group
         self._set(block_ids, cached=False, free=False)
         if not evicted.size:
             return None
@@ -128,6 +144,7 @@ class CacheMirror:
             record.request_id,
             evicted.astype("<i4").tobytes(),
             self._hashes[evicted].astype(">u8").tobytes(),
+            evicted_groups.astype("<i4").tobytes(),
             engine_id=record.engine_id,
             dp_rank=record.dp_rank,
         )
@@ -141,7 +158,7 @@ class CacheMirror:
         """Grow the arrays to hold every block id (the run's pool size is a first guess)."""
         if block_ids.size and int(block_ids.max()) >= self._cached.size:
             size = max(int(block_ids.max()) + 1, 2 * self._cached.size)
-            for name in ("_hashes", "_cached", "_free"):
+            for name in ("_hashes", "_cached", "_free", "_groups"):
                 array = getattr(self, name)
                 grown = np.zeros(size, dtype=array.dtype)
                 grown[: array.size] = array
@@ -176,15 +193,11 @@ class CacheMirrors:
             mirror = self._mirrors[engine] = CacheMirror(self._num_blocks)
         return mirror
 
-    def restore(self, cached_blocks: pd.DataFrame) -> None:
-        """Start every engine's mirror from `CACHED_BLOCKS_SQL`'s rows."""
-        for _, rows in cached_blocks.groupby(["engine", "rank"]):
+    def restore(self, blocks: pd.DataFrame) -> None:
+        """Start every engine's mirror from `BLOCK_STATES_SQL`'s rows."""
+        for _, rows in blocks.groupby(["engine", "rank"]):
             engine = (str(rows["engine"].iloc[0]), int(rows["rank"].iloc[0]))
-            self.mirror(engine).restore(
-                rows["block_id"].to_numpy(np.int64),
-                rows["block_hash"].to_numpy(np.uint64),
-                rows["free"].to_numpy(bool),
-            )
+            self.mirror(engine).restore(rows)
 
     def complete(self, records: Iterable[Event]) -> list[Event]:
         """The records, completed in order, with the evictions they imply before them."""

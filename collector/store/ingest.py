@@ -31,8 +31,8 @@ _PER_BLOCK: dict[type, dict[str, str]] = {
     Hit: {"block_ids": "block_id", "block_hashes": "block_hash"},
     Allocate: {"block_ids": "block_id"},
     Store: {"block_ids": "block_id", "block_hashes": "block_hash", "extra_keys": "extra_keys"},
-    Evict: {"block_ids": "block_id", "block_hashes": "block_hash"},
-    Free: {"block_ids": "block_id", "ref_cnts": "ref_cnt"},
+    Evict: {"block_ids": "block_id", "block_hashes": "block_hash", "kv_groups": "kv_group"},
+    Free: {"block_ids": "block_id", "ref_cnts": "ref_cnt", "kv_groups": "kv_group"},
 }
 
 EVENT_COLUMNS: dict[str, pa.DataType] = {
@@ -62,6 +62,7 @@ EVENT_COLUMNS: dict[str, pa.DataType] = {
     "lora": pa.string(),
     "engine_id": pa.string(),
     "dp_rank": pa.int16(),
+    "kv_group": pa.int16(),
 }
 _TEXT = pa.dictionary(pa.int32(), pa.string())
 
@@ -186,13 +187,12 @@ def _kind_table(cls: type[Event], records: list[Any]) -> pa.Table:
             columns[field] = _per_row(
                 values, EVENT_COLUMNS[field], of_record if per_block else None
             )
-    if cls is Hit:
-        columns["block_position"] = columns["pos"]
-    elif cls is Store:
+    if cls is Hit or cls is Store:
         first_positions = np.array([record.first_position for record in records], dtype=np.int64)
         columns["block_position"] = pa.array(
             np.arange(total) - starts[of_record] + first_positions[of_record], type=pa.int32()
         )
+    if cls is Store:
         columns["parent_hash"] = _parent_hashes(records, columns["block_hash"], starts)
         block_sizes = np.array([record.block_size for record in records], dtype=np.int32)
         columns["num_tokens"] = pa.array(block_sizes[of_record], type=pa.int32())
@@ -257,7 +257,9 @@ def _per_block_column(column: str, records: list[Any], field: str) -> pa.Array:
         return pa.array(entries, type=EVENT_COLUMNS[column])
     if column == "block_hash":
         return _packed_hashes(records)
-    packed = b"".join(getattr(record, field) for record in records)
+    # Every packed column is the hooks' but `kv_groups`, which the collector's mirror fills
+    # (collector/store/cache_mirror.py): a record it did not complete is of group 0.
+    packed = b"".join(getattr(record, field) or bytes(len(record.block_ids)) for record in records)
     return pa.array(np.frombuffer(packed, dtype="<i4"), type=EVENT_COLUMNS[column])
 
 

@@ -21,7 +21,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from collector.store.cache_mirror import CACHED_BLOCKS_SQL, CacheMirrors
+from collector.store.cache_mirror import BLOCK_STATES_SQL, CacheMirrors
 from collector.store.derived_tables import DerivedTables, Step
 from collector.store.ingest import to_batch
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
@@ -181,7 +181,7 @@ class RunStore(RunFile):
         if store.finished:
             store.close()
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
-        store._mirrors.restore(store.frame(CACHED_BLOCKS_SQL))
+        store._mirrors.restore(store.frame(BLOCK_STATES_SQL))
         return store
 
     @property

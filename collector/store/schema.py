@@ -5,7 +5,7 @@ from __future__ import annotations
 from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
@@ -122,7 +122,8 @@ CREATE_STATEMENTS = (
         tenant VARCHAR,
         lora VARCHAR,
         engine_id VARCHAR,
-        dp_rank SMALLINT
+        dp_rank SMALLINT,
+        kv_group SMALLINT
     )""",
     """CREATE TABLE pool (
         seq UBIGINT NOT NULL,

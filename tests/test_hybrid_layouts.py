@@ -1,0 +1,197 @@
+"""Hybrid KV cache layouts: sliding-window and chunked-local groups, alone or beside full
+attention, through vLLM's own hybrid coordinator. The hooks change nothing, and their records
+say exactly what vLLM did, group by group; vLLM's own KV events are the witness."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, StepModel, VirtualClock
+from collector.replay.traces import read_trace
+from collector.store.cache_mirror import CacheMirrors
+from collector.store.run_file import RunFile
+from engine_hooks.events import Evict, Free, Hit, Store, unpack_counts, unpack_hashes
+from tests.support.block_manager import make_hooks
+from tests.support.repo import SAMPLE_TRACE
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
+BLOCK_SIZE = 16
+# Layouts, with pools small enough that the sample's first requests evict.
+LAYOUTS = (
+    ("gpt-oss", 700),  # full + sliding window (128 tokens)
+    ("full,sliding_window:48,sliding_window:48", 700),  # Gemma-3-like, with a sliding window
+    ("full,chunked_local:64", 700),  # Llama-4-like
+    ("sliding_window:80", 700),  # one sliding-window group alone
+    ("chunked_local:64", 400),  # one chunked-local group alone
+)
+
+
+def drive(layout: str, num_blocks: int, hooks_on: bool) -> tuple[list[Any], Any, list[Any], Any]:
+    """The sample trace's first 120 requests, with arrival times, through a manager of this
+    layout: vLLM's KV events, its prefix-cache counts, the hooks' records, the manager."""
+    settings = CacheSettings(BLOCK_SIZE, num_blocks, kv_layout=layout)
+    manager = make_kv_cache_manager(settings, kv_events=True)
+    hooks, buffer = make_hooks(manager, check_collisions=True)
+    if hooks_on:
+        hooks.attach()
+    events: list[Any] = []
+    clock = VirtualClock()
+
+    def step() -> None:
+        events.extend(manager.take_events())
+
+    simulator = Simulator(
+        manager, hooks if hooks_on else None, clock, make_block_hasher(settings), on_step=step
+    )
+    simulator.run_timestamps(read_trace(SAMPLE_TRACE)[:120], 16, StepModel(), lambda _: None)
+    hooks.detach()
+    stats = manager.make_prefix_cache_stats()
+    return events, [stats.queries, stats.hits, stats.preempted_hits], buffer.take(), manager
+
+
+@pytest.mark.parametrize(("layout", "num_blocks"), LAYOUTS)
+def test_hooks_change_nothing_in_a_hybrid_manager(layout: str, num_blocks: int) -> None:
+    events_off, stats_off, _, _ = drive(layout, num_blocks, hooks_on=False)
+    events_on, stats_on, records, manager = drive(layout, num_blocks, hooks_on=True)
+
+    assert stats_on == stats_off
+    assert stats_on[1] > 0, "the prefix cache must be hit"
+    assert events_on == events_off  # every block stored and removed, in the same order
+    removed = [event for event in events_on if type(event).__name__ == "BlockRemoved"]
+    assert len(removed) > 100, "the pool must be small enough to evict"
+    groups = manager.kv_cache_config.kv_cache_groups
+    assert {record.kv_group for record in records if isinstance(record, Store)} == set(
+        range(len(groups))
+    )
+
+
+@pytest.mark.parametrize(("layout", "num_blocks"), LAYOUTS)
+def test_records_say_what_vllm_stored_and_removed_group_by_group(
+    layout: str, num_blocks: int
+) -> None:
+    events, _, records, _ = drive(layout, num_blocks, hooks_on=True)
+    completed = CacheMirrors(num_blocks).complete(records)
+
+    stored = [
+        (event.group_idx, event.block_hashes)  # vLLM's 64-bit form of a hash: an int
+        for event in events
+        if type(event).__name__ == "BlockStored"
+    ]
+    ours_stored = [
+        (record.kv_group, _ints(unpack_hashes(record)))
+        for record in completed
+        if isinstance(record, Store)
+    ]
+    # vLLM publishes one BlockStored per call; the hooks split a call's stored blocks into
+    # runs of positions (a mask can skip some): joined per call, they are the same blocks.
+    assert _joined(ours_stored) == _joined(stored)
+    removed = [
+        (event.group_idx, block_hash)
+        for event in events
+        if type(event).__name__ == "BlockRemoved"
+        for block_hash in event.block_hashes
+    ]
+    ours_removed = [
+        (group, block_hash)
+        for record in completed
+        if isinstance(record, Evict)
+        for group, block_hash in zip(
+            unpack_counts(record.kv_groups or b""), _ints(unpack_hashes(record)), strict=True
+        )
+    ]
+    assert ours_removed == removed
+    assert not any(type(record).__name__ == "Collision" for record in records)
+
+
+def _ints(hashes: list[bytes]) -> list[int]:
+    return [int.from_bytes(block_hash, "big") for block_hash in hashes]
+
+
+def _joined(stores: list[tuple[int, list[int]]]) -> list[tuple[int, int]]:
+    return [(group, block_hash) for group, hashes in stores for block_hash in hashes]
+
+
+def test_a_window_hit_starts_where_the_window_does_and_frees_name_their_groups() -> None:
+    """gpt-oss-like layout, 32-token window: a second request of the same 100-token prefix
+    reuses six full-attention blocks from position 0, and the window's last two from 4."""
+    settings = CacheSettings(BLOCK_SIZE, 40, kv_layout="full,sliding_window:32")
+    manager = make_kv_cache_manager(settings)
+    hooks, buffer = make_hooks(manager)
+    hooks.attach()
+    block_hasher = make_block_hasher(settings)
+    from collector.replay.block_manager import make_request
+
+    for index in range(2):
+        request = make_request(f"r{index}", [*range(100), *[1000 + index] * 20], block_hasher)
+        blocks, num_hit_tokens, _ = manager.get_computed_blocks(request)
+        manager.allocate_slots(request, request.num_tokens - num_hit_tokens, num_hit_tokens, blocks)
+        request.num_computed_tokens = request.num_tokens
+        request.append_output_token_ids([7])
+        manager.allocate_slots(request, 1)
+        manager.free(request)
+    hooks.detach()
+    completed = CacheMirrors(40).complete(buffer.take())
+    hits = [
+        (record.kv_group, record.first_position, len(unpack_counts(record.block_ids)))
+        for record in completed
+        if isinstance(record, Hit)
+    ]
+    assert hits == [(0, 0, 6), (1, 4, 2)]
+    # Each freed block is named with the group that allocated it, frees across groups too.
+    allocated_by: dict[int, int] = {}
+    for record in completed:
+        if type(record).__name__ == "Allocate":
+            allocated_by.update(dict.fromkeys(unpack_counts(record.block_ids), record.kv_group))
+        if isinstance(record, Free):
+            ids, groups = unpack_counts(record.block_ids), unpack_counts(record.kv_groups or b"")
+            assert groups == [allocated_by[block_id] for block_id in ids]
+    assert manager.block_pool.get_num_free_blocks() == 39
+
+
+def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path) -> None:
+    from collector.cli import main
+
+    out = tmp_path / "run.duckdb"
+    code = main(
+        [
+            "replay",
+            str(SAMPLE_TRACE),
+            "--out",
+            str(out),
+            "--kv-layout",
+            "gpt-oss",
+            "--num-blocks",
+            "900",
+            "--limit",
+            "150",
+            "--timing",
+            "timestamps",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    with RunFile.open(out) as run:
+        options = json.loads(run.record("SELECT options FROM runs")["options"])
+        per_group = dict(
+            run.rows(
+                "SELECT kind::VARCHAR || '/' || kv_group, count(*) FROM events "
+                "WHERE block_id IS NOT NULL GROUP BY ALL"
+            )
+        )
+        summary = run.record("SELECT * FROM runs")
+    assert options["kv_layout"] == "gpt-oss"
+    assert [group["kind"] for group in options["kv_groups"]] == ["full", "sliding_window"]
+    assert options["kv_groups"][1]["window"] == 128
+    kinds = Counter(key.split("/")[0] for key in per_group)
+    assert {key for key in per_group if key.startswith(("store", "hit", "allocate", "free"))} >= {
+        f"{kind}/{group}" for kind in ("store", "hit", "allocate", "free") for group in (0, 1)
+    }
+    assert kinds["evict"] >= 1
+    assert summary["vllm_prefix_cache_hits"] > 0
