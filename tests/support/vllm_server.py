@@ -41,6 +41,20 @@ config = LlamaConfig(vocab_size=32000, hidden_size=256, intermediate_size=512,
 LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(sys.argv[1])
 """
 
+# A random-weight two-layer Gemma 2: a sliding-window layer (64 tokens) and a full-attention
+# one, so vLLM builds two KV cache groups (its hybrid allocator), as for gpt-oss or Gemma 3.
+MAKE_TINY_GEMMA2 = """
+import sys, torch
+from transformers import Gemma2Config, Gemma2ForCausalLM
+torch.manual_seed(0)
+config = Gemma2Config(vocab_size=32000, hidden_size=256, intermediate_size=512,
+    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+    max_position_embeddings=2048, sliding_window=64,
+    layer_types=["sliding_attention", "full_attention"], torch_dtype="bfloat16")
+Gemma2ForCausalLM(config).to(torch.bfloat16).save_pretrained(sys.argv[1])
+"""
+SLIDING_WINDOW = 64
+
 MAKE_LORA_ADAPTER = """
 import json, os, sys, torch
 from safetensors.torch import save_file
@@ -86,6 +100,12 @@ def build_model(folder: Path) -> str:
     return str(folder)
 
 
+def build_hybrid_model(folder: Path) -> str:
+    """A random-weight two-layer Gemma 2 (about 35 MB): one sliding-window, one full layer."""
+    run_in_vllm_env(MAKE_TINY_GEMMA2, str(folder))
+    return str(folder)
+
+
 def build_lora_adapter(model: str, folder: Path, seed: int) -> Path:
     """A rank-8 LoRA adapter on q_proj and v_proj with random weights, shaped for `model`."""
     run_in_vllm_env(MAKE_LORA_ADAPTER, model, str(folder), str(seed))
@@ -115,7 +135,15 @@ class Completion:
 class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server` on a free port, its log in a file."""
 
-    def __init__(self, model: str, log_path: Path, args: list[str], environment: dict[str, str]):
+    def __init__(
+        self,
+        model: str,
+        log_path: Path,
+        args: list[str],
+        environment: dict[str, str],
+        *,
+        num_blocks: int = NUM_BLOCKS,
+    ):
         self.model = model
         self.port = free_port()
         self.log_path = log_path
@@ -138,7 +166,7 @@ class VllmServer:
             "--max-model-len",
             str(MAX_MODEL_LEN),
             "--num-gpu-blocks-override",
-            str(NUM_BLOCKS),
+            str(num_blocks),
             *args,
         ]
         self._log = log_path.open("w")
