@@ -188,12 +188,14 @@ class Reset(_Record, tag="reset"):
 
 class Pool(_Record, tag="pool"):
     """Pool state after a scheduler step (the null block is not counted). vLLM counts the
-    free and the in-use blocks; the cached ones among the free, the collector counts from the
-    stream (the hooks send None)."""
+    free and the in-use blocks; the cached ones among the free, and in a layout of several
+    KV cache groups the blocks in use by each group, the collector counts from the stream
+    (the hooks send None)."""
 
     num_free: Count
     num_cached_free: Count | None
     num_in_use: Count
+    num_in_use_by_group: list[Count] | None = None
 
 
 class Schedule(_Record, tag="schedule"):

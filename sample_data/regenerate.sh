@@ -1,12 +1,14 @@
 #!/bin/sh
-# Regenerates the committed sample: the trace (kvscope generate), its replayed run, and the
-# same trace replayed with block size 32 in the same memory (for the Compare runs page; no
-# token ids, to keep it small).
+# Regenerates the committed sample: the trace (kvscope generate), its replayed run, the
+# same trace replayed with block size 32 in the same memory (for the Compare runs page), and
+# as a hybrid model of gpt-oss's shape would hold it (full and 128-token sliding-window
+# groups, for the KV cache groups page); the last two without token ids, to keep them small.
 # The tenants are synthetic, so their names are kept (--reveal-tenants); the fixed key makes
 # the salt pseudonyms the same on every machine.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-rm -f "$here/trace.jsonl.gz" "$here/run.duckdb" "$here/run_block32.duckdb"
+rm -f "$here/trace.jsonl.gz" "$here/run.duckdb" "$here/run_block32.duckdb" \
+    "$here/run_hybrid.duckdb"
 kvscope generate --out "$here/trace.jsonl.gz" --seed 7
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" --out "$here/run.duckdb" \
     --block-size 16 --num-blocks 1200 --timing timestamps --max-num-seqs 32 \
@@ -14,4 +16,8 @@ KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" --out "$here
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
     --out "$here/run_block32.duckdb" \
     --block-size 32 --num-blocks 600 --timing timestamps --max-num-seqs 32 \
+    --reveal-tenants --check-collisions --quiet --json
+KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
+    --out "$here/run_hybrid.duckdb" --kv-layout gpt-oss \
+    --block-size 16 --num-blocks 1500 --timing timestamps --max-num-seqs 32 \
     --reveal-tenants --check-collisions --quiet --json

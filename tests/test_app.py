@@ -40,6 +40,7 @@ CHART_TRACES = {
     "views/tenants.py": [2, 2, 1],
     "views/advisor.py": [5, 1, 1, 1, 1, 1],
     "views/compare.py": [1, 2],
+    "views/kv_groups.py": [],  # one group: its blocks are the free-block timeline's
 }
 
 
@@ -273,6 +274,7 @@ def said(app: AppTest) -> str:
         ("views/prefix_tree.py", "No block was hit in this time range."),
         ("views/roi.py", "GPU-seconds saved: 0.0"),
         ("views/free_blocks.py", "No pool snapshot in this time range."),
+        ("views/kv_groups.py", "This run has one full-attention group"),
         ("views/collisions.py", "0 in 0 block hits checked"),
         ("views/tenants.py", "No block hit in this time range."),
         ("views/compare.py", "Put another run in"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -16,7 +16,7 @@ from collector.replay.simulator import Simulator, StepModel, VirtualClock
 from collector.replay.traces import read_trace
 from collector.store.cache_mirror import CacheMirrors
 from collector.store.run_file import RunFile
-from engine_hooks.events import Evict, Free, Hit, Store, unpack_counts, unpack_hashes
+from engine_hooks.events import Evict, Free, Hit, Pool, Store, unpack_counts, unpack_hashes
 from tests.support.block_manager import make_hooks
 from tests.support.repo import SAMPLE_TRACE
 
@@ -33,9 +33,20 @@ LAYOUTS = (
 )
 
 
-def drive(layout: str, num_blocks: int, hooks_on: bool) -> tuple[list[Any], Any, list[Any], Any]:
+class Driven(NamedTuple):
+    """What a drive saw: vLLM's KV events, its prefix-cache counts, the hooks' records, the
+    manager, and the blocks each group held after each step (from vLLM's own tables)."""
+
+    events: list[Any]
+    stats: list[int]
+    records: list[Any]
+    manager: Any
+    in_use_by_group: list[list[int]]
+
+
+def drive(layout: str, num_blocks: int, hooks_on: bool) -> Driven:
     """The sample trace's first 120 requests, with arrival times, through a manager of this
-    layout: vLLM's KV events, its prefix-cache counts, the hooks' records, the manager."""
+    layout."""
     settings = CacheSettings(BLOCK_SIZE, num_blocks, kv_layout=layout)
     manager = make_kv_cache_manager(settings, kv_events=True)
     hooks, buffer = make_hooks(manager, check_collisions=True)
@@ -43,9 +54,17 @@ def drive(layout: str, num_blocks: int, hooks_on: bool) -> tuple[list[Any], Any,
         hooks.attach()
     events: list[Any] = []
     clock = VirtualClock()
+    in_use_by_group: list[list[int]] = []  # after each step, from vLLM's own tables
 
     def step() -> None:
         events.extend(manager.take_events())
+        in_use_by_group.append(
+            [
+                len({block.block_id for table in single.req_to_blocks.values() for block in table})
+                - any(block.is_null for table in single.req_to_blocks.values() for block in table)
+                for single in manager.coordinator.single_type_managers
+            ]
+        )
 
     simulator = Simulator(
         manager, hooks if hooks_on else None, clock, make_block_hasher(settings), on_step=step
@@ -53,13 +72,14 @@ def drive(layout: str, num_blocks: int, hooks_on: bool) -> tuple[list[Any], Any,
     simulator.run_timestamps(read_trace(SAMPLE_TRACE)[:120], 16, StepModel(), lambda _: None)
     hooks.detach()
     stats = manager.make_prefix_cache_stats()
-    return events, [stats.queries, stats.hits, stats.preempted_hits], buffer.take(), manager
+    counts = [stats.queries, stats.hits, stats.preempted_hits]
+    return Driven(events, counts, buffer.take(), manager, in_use_by_group)
 
 
 @pytest.mark.parametrize(("layout", "num_blocks"), LAYOUTS)
 def test_hooks_change_nothing_in_a_hybrid_manager(layout: str, num_blocks: int) -> None:
-    events_off, stats_off, _, _ = drive(layout, num_blocks, hooks_on=False)
-    events_on, stats_on, records, manager = drive(layout, num_blocks, hooks_on=True)
+    events_off, stats_off, *_ = drive(layout, num_blocks, hooks_on=False)
+    events_on, stats_on, records, manager, _ = drive(layout, num_blocks, hooks_on=True)
 
     assert stats_on == stats_off
     assert stats_on[1] > 0, "the prefix cache must be hit"
@@ -76,7 +96,7 @@ def test_hooks_change_nothing_in_a_hybrid_manager(layout: str, num_blocks: int) 
 def test_records_say_what_vllm_stored_and_removed_group_by_group(
     layout: str, num_blocks: int
 ) -> None:
-    events, _, records, _ = drive(layout, num_blocks, hooks_on=True)
+    events, _, records, *_ = drive(layout, num_blocks, hooks_on=True)
     completed = CacheMirrors(num_blocks).complete(records)
 
     stored = [
@@ -108,6 +128,16 @@ def test_records_say_what_vllm_stored_and_removed_group_by_group(
     ]
     assert ours_removed == removed
     assert not any(type(record).__name__ == "Collision" for record in records)
+
+
+@pytest.mark.parametrize(("layout", "num_blocks"), LAYOUTS[:3])
+def test_pool_records_count_the_blocks_each_group_holds(layout: str, num_blocks: int) -> None:
+    driven = drive(layout, num_blocks, hooks_on=True)
+    completed = CacheMirrors(num_blocks).complete(driven.records)
+    pools = [record for record in completed if isinstance(record, Pool)]
+    assert [pool.num_in_use_by_group for pool in pools] == driven.in_use_by_group
+    assert all(sum(pool.num_in_use_by_group or ()) == pool.num_in_use for pool in pools)
+    assert max(pool.num_in_use for pool in pools) > num_blocks // 2
 
 
 def _ints(hashes: list[bytes]) -> list[int]:

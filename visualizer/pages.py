@@ -37,6 +37,7 @@ PAGES = (
     Page("prefix_tree.py", "Prefix tree"),
     Page("roi.py", "ROI"),
     Page("free_blocks.py", "Free blocks"),
+    Page("kv_groups.py", "KV cache groups"),
     Page("collisions.py", "Collisions"),
     Page("tenants.py", "Tenants & adapters"),
     Page("advisor.py", "Advisor"),

@@ -6,7 +6,8 @@ engine and DP rank, and completes the records with what follows from it:
 - an `Allocate` of blocks the stream last left cached evicts them (vLLM drops the hash of a
   cached free block it hands out again): an `Evict` of those blocks, with the hashes they
   were stored under, goes just before it, under the same record number and request;
-- a `Pool` gets the number of cached blocks among the free (`num_cached_free`);
+- a `Pool` gets the number of cached blocks among the free (`num_cached_free`) and, once the
+  stream has named a group other than 0, the blocks in use by each group;
 - a `Reset` gets the number of cached blocks it cleared;
 - a `Free` or an `Evict` gets the KV cache group of each of its blocks: the group of the
   block's last allocation or reuse (one call of vLLM frees blocks of several groups).
@@ -86,8 +87,9 @@ class CacheMirror:
     def __init__(self, num_blocks: int) -> None:
         self._hashes = np.zeros(num_blocks, dtype=np.uint64)
         self._cached = np.zeros(num_blocks, dtype=bool)
-        self._free = np.zeros(num_blocks, dtype=bool)  # in vLLM's free queue
+        self._free = np.ones(num_blocks, dtype=bool)  # in vLLM's free queue (as all start)
         self._groups = np.zeros(num_blocks, dtype=np.int32)
+        self._num_groups = 1  # the groups the stream has named so far
         self.num_cached_free = 0
 
     @property
@@ -98,10 +100,13 @@ class CacheMirror:
         """Start from the blocks a run file's rows leave (`BLOCK_STATES_SQL`'s columns)."""
         block_ids = blocks["block_id"].to_numpy(np.int64)
         self._fit(block_ids)
-        self._groups[block_ids] = blocks["kv_group"].to_numpy(np.int32)
-        cached = blocks["cached"].to_numpy(bool)
-        self._hashes[block_ids[cached]] = blocks["block_hash"].to_numpy(np.uint64)[cached]
-        self._set(block_ids[cached], cached=True, free=blocks["free"].to_numpy(bool)[cached])
+        groups = blocks["kv_group"].to_numpy(np.int32)
+        self._groups[block_ids] = groups
+        self._num_groups = max(self._num_groups, int(groups.max(initial=0)) + 1)
+        self._free[block_ids] = blocks["free"].to_numpy(bool)  # nothing is cached yet
+        cached = block_ids[blocks["cached"].to_numpy(bool)]
+        self._hashes[cached] = blocks["block_hash"].to_numpy(np.uint64)[blocks["cached"]]
+        self._set(cached, cached=True)
 
     def complete(self, record: Event) -> Evict | None:
         """Update the mirror with one record, filling what the hooks left to the collector;
@@ -111,7 +116,7 @@ class CacheMirror:
         if isinstance(record, Hit | Store):  # a hit re-learns what a lost store said
             block_ids = self._block_ids(record)
             self._hashes[block_ids] = low_64_bits(record.block_hashes, hash_width(record))
-            self._groups[block_ids] = record.kv_group
+            self._set_group(block_ids, record.kv_group)
             self._set(block_ids, cached=True, free=False)
         elif isinstance(record, Free):
             block_ids = self._block_ids(record)
@@ -128,13 +133,18 @@ class CacheMirror:
             self.num_cached_free = 0
         elif isinstance(record, Pool):
             record.num_cached_free = min(self.num_cached_free, record.num_free)
+            if self._num_groups > 1:
+                in_use = self._groups[~self._free]
+                record.num_in_use_by_group = np.bincount(
+                    in_use, minlength=self._num_groups
+                ).tolist()
         return None
 
     def _allocate(self, record: Allocate) -> Evict | None:
         block_ids = self._block_ids(record)
         evicted = block_ids[self._cached[block_ids]]
         evicted_groups = self._groups[evicted]
-        self._groups[block_ids] = record.kv_group
+        self._set_group(block_ids, record.kv_group)
         self._set(block_ids, cached=False, free=False)
         if not evicted.size:
             return None
@@ -149,6 +159,10 @@ class CacheMirror:
             dp_rank=record.dp_rank,
         )
 
+    def _set_group(self, block_ids: np.ndarray, group: int) -> None:
+        self._groups[block_ids] = group
+        self._num_groups = max(self._num_groups, group + 1)
+
     def _block_ids(self, record: Hit | Allocate | Store | Evict | Free) -> np.ndarray:
         block_ids = np.frombuffer(record.block_ids, dtype="<i4")
         self._fit(block_ids)
@@ -160,7 +174,7 @@ class CacheMirror:
             size = max(int(block_ids.max()) + 1, 2 * self._cached.size)
             for name in ("_hashes", "_cached", "_free", "_groups"):
                 array = getattr(self, name)
-                grown = np.zeros(size, dtype=array.dtype)
+                grown = np.full(size, name == "_free", dtype=array.dtype)
                 grown[: array.size] = array
                 setattr(self, name, grown)
 

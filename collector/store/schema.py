@@ -132,7 +132,8 @@ CREATE_STATEMENTS = (
         num_cached_free INTEGER NOT NULL,
         num_in_use INTEGER NOT NULL,
         engine_id VARCHAR,
-        dp_rank SMALLINT
+        dp_rank SMALLINT,
+        num_in_use_by_group INTEGER[]
     )""",
     """CREATE TABLE collisions (
         seq UBIGINT NOT NULL,

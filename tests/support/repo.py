@@ -11,4 +11,5 @@ MOONCAKE = Path(os.environ.get("KVSCOPE_SHARED", REPO.parent / "shared")) / (
 )
 SAMPLE_TRACE = REPO / "sample_data" / "trace.jsonl.gz"
 SAMPLE_RUN = REPO / "sample_data" / "run.duckdb"
+SAMPLE_HYBRID_RUN = REPO / "sample_data" / "run_hybrid.duckdb"
 SECRET = b"kvscope-tests"

@@ -1,0 +1,112 @@
+"""A run's KV cache groups (a hybrid model's full-attention, sliding-window and chunked-local
+groups, all drawing blocks from one pool): what each stored, reused and lost, and the blocks
+each held over time."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from collector.model.time_window import TimeWindow
+from collector.queries.timeline import timeline_span
+from collector.store.run_file import RunFile
+
+
+def layout(run: RunFile) -> list[dict[str, Any]]:
+    """The run's groups as its options list them (kind, block size, window, layers), in
+    vLLM's group order; one full-attention group for a run that does not say."""
+    row = run.row("SELECT options, block_size FROM runs")
+    options = json.loads(row[0]) if row and row[0] else {}
+    groups = options.get("kv_groups") or []
+    if not groups:
+        block_size = int(row[1]) if row else 0
+        return [{"kind": "full", "block_size": block_size, "window": 0, "num_layers": 1}]
+    return [dict(group) for group in groups]
+
+
+def describe(group: dict[str, Any]) -> str:
+    """A group as a phrase: "full attention", "sliding window of 128 tokens"."""
+    kind, tokens = str(group["kind"]), int(group.get("window") or 0)
+    if kind == "sliding_window":
+        return f"sliding window of {tokens:,} tokens"
+    if kind == "chunked_local":
+        return f"chunked local, {tokens:,}-token chunks"
+    return "full attention" if kind == "full" else kind
+
+
+def group_figures(run: RunFile, window: TimeWindow | None = None) -> pd.DataFrame:
+    """Per group: the blocks it allocated, stored, reused (block hits) and lost to eviction,
+    the most blocks it held at once (pool records, from the collector's mirror of the
+    stream), and where its hits started on average (0 for full attention; a window reuses
+    only the blocks its window still reads)."""
+    covered = timeline_span(run, window, 1)
+    span = {"start": covered["start"], "end": covered["end"]}
+    figures = run.frame(
+        """
+        SELECT coalesce(kv_group, 0) AS kv_group,
+            count(*) FILTER (WHERE kind = 'allocate') AS allocated,
+            count(*) FILTER (WHERE kind = 'store') AS stored,
+            count(*) FILTER (WHERE kind = 'hit') AS block_hits,
+            count(*) FILTER (WHERE kind = 'evict') AS evicted,
+            avg(block_position) FILTER (WHERE kind = 'hit' AND pos = 0) AS mean_hit_start
+        FROM events
+        WHERE kind IN ('allocate', 'store', 'hit', 'evict') AND ts_ns >= $start AND ts_ns < $end
+        GROUP BY ALL
+        """,
+        span,
+    )
+    peaks = run.frame(
+        """
+        WITH per_group AS (
+            SELECT unnest(num_in_use_by_group) AS in_use,
+                unnest(range(len(num_in_use_by_group))) AS kv_group
+            FROM pool
+            WHERE num_in_use_by_group IS NOT NULL AND ts_ns >= $start AND ts_ns < $end
+        )
+        SELECT kv_group, max(in_use) AS peak_in_use FROM per_group GROUP BY ALL
+        """,
+        span,
+    )
+    groups = layout(run)
+    table = pd.DataFrame(
+        {
+            "kv_group": range(len(groups)),
+            "kind": [describe(group) for group in groups],
+            "num_layers": [group.get("num_layers", 1) for group in groups],
+        }
+    )
+    table = table.merge(figures, on="kv_group", how="left").merge(peaks, on="kv_group", how="left")
+    counts = ["allocated", "stored", "block_hits", "evicted"]
+    table[counts] = table[counts].fillna(0).astype("int64")
+    if peaks.empty and len(groups) == 1:  # one group: it holds every block in use
+        in_use = run.row(
+            "SELECT max(num_in_use) FROM pool WHERE ts_ns >= $start AND ts_ns < $end", span
+        )
+        table["peak_in_use"] = in_use[0] if in_use else None
+    return table
+
+
+def in_use_timeline(
+    run: RunFile, window: TimeWindow | None = None, max_points: int = 1_000
+) -> pd.DataFrame:
+    """The blocks each group held over time (t_s, kv_group, in_use), from pool records; long
+    runs bucketed to about `max_points` points, each keeping its fullest moment. Empty for a
+    run of one group (its in-use line is the free-block timeline's)."""
+    return run.frame(
+        """
+        WITH bucketed AS (
+            SELECT ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
+                arg_min(num_in_use_by_group, num_free) AS in_use_by_group
+            FROM pool
+            WHERE num_in_use_by_group IS NOT NULL AND ts_ns >= $start AND ts_ns < $end
+            GROUP BY ALL
+        )
+        SELECT t_s, unnest(range(len(in_use_by_group))) AS kv_group,
+            unnest(in_use_by_group) AS in_use
+        FROM bucketed
+        ORDER BY t_s, kv_group
+        """,
+        timeline_span(run, window, max_points),
+    )

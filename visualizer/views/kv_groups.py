@@ -1,0 +1,85 @@
+"""KV cache groups: for a hybrid model (sliding-window or chunked-local layers beside full
+attention), what each group stored, reused and lost, and how much of the shared pool it held."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from collector.queries import kv_groups
+from collector.queries.config import run_config
+from visualizer.charts.kv_groups import group_in_use_figure
+from visualizer.downloads import show_chart
+from visualizer.metrics import metric_row
+from visualizer.sidebar import controls
+from visualizer.sidebar.time_filter import window_caption
+
+COLUMNS = {
+    "kv_group": "group",
+    "kind": "attention",
+    "allocated": "blocks allocated",
+    "stored": "blocks stored",
+    "block_hits": "block hits",
+    "evicted": "blocks evicted",
+    "peak_in_use": "most blocks held",
+    "mean_hit_start": "hits start at block (mean)",
+}
+
+
+def render() -> None:
+    run, window = controls.render()
+    groups = kv_groups.layout(run)
+    figures = kv_groups.group_figures(run, window)
+    st.title("KV cache groups")
+    st.caption(
+        f"Showing {window_caption(window, run)}. vLLM gives each attention kind of a model its "
+        "own KV cache groups, all drawing blocks from one pool; every request holds blocks in "
+        "every group. A prefix hit is the longest prefix every group can serve: a "
+        "sliding-window group keeps, and reuses, only the blocks its window still reads."
+    )
+    if len(groups) == 1 and groups[0]["kind"] == "full":
+        st.info(
+            "This run has one full-attention group, so every block figure on the other pages "
+            "is that group's. A hybrid model (gpt-oss, Gemma 3, Llama 4) has several: capture "
+            "one live, or replay a trace as one with `kvscope replay --kv-layout gpt-oss` "
+            "(or `gemma3`, `llama4`, or groups spelled out)."
+        )
+    busiest = int(figures["peak_in_use"].fillna(0).to_numpy().argmax())
+    total_hits = int(figures["block_hits"].sum())
+    full_hits = int(figures.loc[figures["kind"] == "full attention", "block_hits"].sum())
+    metric_row(
+        {
+            "Groups": f"{len(groups)}",
+            "Holds the most blocks": f"group {busiest}: {figures['kind'][busiest]}",
+            "Block hits in full attention": f"{full_hits / total_hits:.0%}" if total_hits else "-",
+        },
+        {
+            "Holds the most blocks": "The group whose blocks in use peaked highest: the one "
+            "that runs the shared pool out first.",
+            "Block hits in full attention": "Of all block reuses, those of full-attention "
+            "groups; a window group reuses only its window's blocks.",
+        },
+    )
+    st.dataframe(
+        figures[list(COLUMNS)].rename(columns=COLUMNS),
+        hide_index=True,
+        key="kv_groups_table",
+        column_config={COLUMNS["mean_hit_start"]: st.column_config.NumberColumn(format="%.1f")},
+    )
+    timeline = kv_groups.in_use_timeline(run, window)
+    if timeline.empty:
+        return
+    usable = int(run_config(run)["num_blocks"]) - 1
+    show_chart(
+        group_in_use_figure(timeline, list(figures["kind"]), usable),
+        timeline,
+        key="kv_groups_in_use",
+    )
+    st.caption(
+        "Blocks each group held after each scheduler step, counted by the collector from the "
+        "stream (their sum is vLLM's own in-use count). A sliding-window group frees the "
+        "blocks that fall out of its window while its request still runs."
+    )
+
+
+if __name__ == "__main__":
+    render()
