@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.queries import kv_groups
+from collector.queries import hotspots, kv_groups
+from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from tests.support.app import go_to, metrics, start
 from tests.support.browser import app_server, chromium, png_is_not_blank, screenshot_page
@@ -74,3 +75,42 @@ def test_screenshot_of_the_page(tmp_path: Path) -> None:
         seen = screenshot_page(driver, f"{url}/kv_groups", path, 1)
     assert seen["exceptions"] == [] and seen["charts"] >= 1, seen
     assert png_is_not_blank(path)
+
+
+def test_prefix_rollups_count_the_reference_group_and_heat_keeps_every_group() -> None:
+    """A hybrid model caches each prefix once per group: the prefix tree's blocks count the
+    full-attention group's hits once; the block heatmap shows either group, or both."""
+    with RunFile.open(SAMPLE_HYBRID_RUN) as run:
+        reference = run.rows("SELECT kv_group FROM reference_group")
+        tree_hits = run.rows("SELECT sum(hits), sum(stores) FROM prefix_blocks")[0]
+        group_rows = run.rows(
+            "SELECT count(*) FILTER (WHERE kind = 'hit'), count(*) FILTER (WHERE kind = 'store')"
+            " FROM events WHERE kv_group = 0"
+        )[0]
+        window = time_grid(run).whole_run()
+        heat = {
+            group: int(hotspots.block_heatmap(run, window, kv_group=group)["hits"].sum())
+            for group in (None, 0, 1)
+        }
+        lifetimes = {
+            group: int(hotspots.hit_count_frequencies(run, window, kv_group=group)["blocks"].sum())
+            for group in (None, 0, 1)
+        }
+    assert reference == [(0,)]
+    assert tree_hits == group_rows
+    assert heat[None] == heat[0] + heat[1] and heat[1] > 0
+    assert lifetimes[None] == lifetimes[0] + lifetimes[1] and lifetimes[1] > 0
+
+
+def test_the_hotspots_page_picks_a_group() -> None:
+    app = go_to(start(SAMPLE_HYBRID_RUN), "views/hotspots.py")
+    picker = app.selectbox(key="hotspots_kv_group")
+    assert picker.options == [
+        "every group",
+        "group 0: full attention",
+        "group 1: sliding window of 128 tokens",
+    ]
+    picker.set_value(1).run()
+    assert not app.exception
+    heat = json.loads(app.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert heat["type"] == "heatmap"

@@ -10,31 +10,37 @@ import pandas as pd
 
 from collector.model.time_window import TimeWindow
 from collector.queries.activity import buckets_per_point
+from collector.store.rollups import IN_REFERENCE_GROUP
 from collector.store.run_file import RunFile
 
 HEAT_MEASURES = ("hits", "stores", "evictions")
 
 
-def block_heatmap(run: RunFile, window: TimeWindow, max_time_points: int = 200) -> pd.DataFrame:
+def block_heatmap(
+    run: RunFile, window: TimeWindow, max_time_points: int = 200, kv_group: int | None = None
+) -> pd.DataFrame:
     """Hits, stores and evictions per block bin (`block_start`: its first block id, bins of
-    `rollup_grid.block_bin_size` blocks) and time point (`t_s`: its start) in the window."""
+    `rollup_grid.block_bin_size` blocks) and time point (`t_s`: its start) in the window, of
+    one KV cache group's blocks (None: every group's)."""
     return run.frame(
         """
         SELECT
-            ($first + (bucket - $first) // $group * $group) * grid.bucket_ns / 1e9 AS t_s,
+            ($first + (bucket - $first) // $points * $points) * grid.bucket_ns / 1e9 AS t_s,
             block_bin * grid.block_bin_size AS block_start,
             CAST(sum(hits) AS BIGINT) AS hits,
             CAST(sum(stores) AS BIGINT) AS stores,
             CAST(sum(evictions) AS BIGINT) AS evictions
         FROM block_heat, rollup_grid AS grid
         WHERE bucket BETWEEN $first AND $last
+            AND ($kv_group IS NULL OR block_heat.kv_group = $kv_group)
         GROUP BY ALL
         ORDER BY t_s, block_start
         """,
         {
             "first": window.first_bucket,
             "last": window.last_bucket,
-            "group": buckets_per_point(window, max_time_points),
+            "points": buckets_per_point(window, max_time_points),
+            "kv_group": kv_group,
         },
     )
 
@@ -51,11 +57,12 @@ _TOP_FROM_PREFIX_BLOCKS = """
 """
 
 # The most-hit block hashes in [$start, $end), at most $limit, counted from the events: what
-# the top-blocks list and the prefix tree read when the window is not the whole run.
-HOT_BLOCKS = """
+# the top-blocks list and the prefix tree read when the window is not the whole run. In the
+# reference KV cache group, as `prefix_blocks` counts them (collector/store/rollups.py).
+HOT_BLOCKS = f"""
         SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
         FROM events
-        WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end
+        WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end AND {IN_REFERENCE_GROUP}
         GROUP BY block_hash
         ORDER BY hits DESC, block_position, block_hash
         LIMIT $limit
@@ -72,7 +79,7 @@ _TOP_FROM_EVENTS = f"""
             max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) AS last_use_ns
         FROM events
         WHERE kind IN ('hit', 'store', 'evict') AND ts_ns >= $start AND ts_ns < $end
-            AND block_hash IN (SELECT block_hash FROM hot)
+            AND block_hash IN (SELECT block_hash FROM hot) AND {IN_REFERENCE_GROUP}
         GROUP BY block_hash
     )
     SELECT hot.block_hash, hot.block_position, hot.hits, activity.stores, activity.evictions,
@@ -102,18 +109,22 @@ def _top_blocks(run: RunFile, sql: str, window: TimeWindow, limit: int) -> pd.Da
     return frame
 
 
-def hit_count_frequencies(run: RunFile, window: TimeWindow) -> pd.DataFrame:
-    """Blocks cached (stored) in the window, counted by the hits each got while it stayed
-    cached: `blocks` cache lifetimes had `hits` hits."""
+def hit_count_frequencies(
+    run: RunFile, window: TimeWindow, kv_group: int | None = None
+) -> pd.DataFrame:
+    """Blocks cached (stored) in the window, of one KV cache group (None: every group's),
+    counted by the hits each got while it stayed cached: `blocks` cache lifetimes had `hits`
+    hits."""
     return run.frame(
         """
         SELECT hits, count(*) AS blocks
         FROM cache_lifetimes
         WHERE stored_ns >= $start AND stored_ns < $end
+            AND ($kv_group IS NULL OR kv_group = $kv_group)
         GROUP BY hits
         ORDER BY hits
         """,
-        {"start": window.start_ns, "end": window.end_ns},
+        {"start": window.start_ns, "end": window.end_ns, "kv_group": kv_group},
     )
 
 

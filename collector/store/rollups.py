@@ -1,11 +1,12 @@
 """Rollup tables `finalize` builds inside DuckDB, so the app's pages read thousands of rows,
 not millions of events.
 
+- `reference_group`: the KV cache group whose blocks the prefix rollups count (below);
 - `rollup_grid`: the time grid (at most NUM_TIME_BUCKETS buckets of 1, 2 or 5 x 10^k ns)
   and the block bin size of the heatmap (at most NUM_BLOCK_BINS bins);
 - `time_rollup`: per time bucket, every headline figure (lookups, hits, stores, evictions,
   preemptions, drops, collisions, pool state);
-- `block_heat`: per time bucket and block bin, hits, stores and evictions;
+- `block_heat`: per time bucket, block bin and KV cache group, hits, stores and evictions;
 - `cache_lifetimes`: one row per store: when the block hash entered the cache, when it left
   (evicted, cleared by a reset, or still cached at the end), who stored it, and how many
   hits it got meanwhile (each hit goes to the latest store of its hash before it);
@@ -15,12 +16,30 @@ not millions of events.
   latest store of the hash before the hit), with both cache salts;
 - `family_hits`: per time bucket and prefix family (the block hashes under one first block),
   block hits and the sum of their positions (for the attention term of compute saved).
+
+A hybrid model caches each prefix once per KV cache group (`kv_group`). The block heat and
+the lifetimes keep every group's blocks (each holds memory); a hit goes to the latest store
+of its hash in its own group. The prefix rollups (`prefix_blocks`, `tenant_sharing`,
+`family_hits`) count the reference group only: the run's first full-attention group (else
+group 0), the one that reuses a prefix whole, from its first block, so that a prefix's hits
+are counted once and its tree has its root.
 """
 
 from __future__ import annotations
 
 NUM_TIME_BUCKETS = 1_000
 NUM_BLOCK_BINS = 256
+
+# The run's reference group (see above): its first full-attention group, else group 0.
+_REFERENCE_GROUP = """
+CREATE OR REPLACE TABLE reference_group AS
+SELECT coalesce(list_position(
+    CAST(json_extract_string(options, '$.kv_groups[*].kind') AS VARCHAR[]), 'full') - 1, 0
+) AS kv_group
+FROM runs
+"""
+# Block rows of the reference group (of a run's event rows, `events` named so).
+IN_REFERENCE_GROUP = "coalesce(kv_group, 0) = (SELECT kv_group FROM reference_group)"
 
 _GRID = f"""
 CREATE OR REPLACE TABLE rollup_grid AS
@@ -124,6 +143,7 @@ CREATE OR REPLACE TABLE block_heat AS
 SELECT
     (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
     block_id // grid.block_bin_size AS block_bin,
+    coalesce(kv_group, 0) AS kv_group,
     count(*) FILTER (WHERE kind = 'hit') AS hits,
     count(*) FILTER (WHERE kind = 'store') AS stores,
     count(*) FILTER (WHERE kind = 'evict') AS evictions
@@ -142,17 +162,22 @@ WITH request_roots AS (
     GROUP BY request_id
 ),
 stores AS (
-    SELECT seq, ts_ns, block_id, block_hash, parent_hash, block_position, request_id
+    SELECT seq, ts_ns, block_id, block_hash, parent_hash, block_position, request_id,
+        coalesce(kv_group, 0) AS kv_group
     FROM events
     WHERE kind = 'store'
 ),
 evictions AS (SELECT seq, ts_ns, block_id FROM events WHERE kind = 'evict'),
 resets AS (SELECT seq, ts_ns FROM events WHERE kind = 'reset'),
-hits AS (SELECT seq, block_hash FROM events WHERE kind = 'hit'),
+hits AS (
+    SELECT seq, block_hash, coalesce(kv_group, 0) AS kv_group FROM events WHERE kind = 'hit'
+),
 lifetime_hits AS (
     SELECT stores.seq AS store_seq, stores.block_hash, count(*) AS hits
     FROM hits
-    ASOF JOIN stores ON hits.block_hash = stores.block_hash AND stores.seq < hits.seq
+    ASOF JOIN stores
+        ON hits.block_hash = stores.block_hash AND hits.kv_group = stores.kv_group
+        AND stores.seq < hits.seq
     GROUP BY ALL
 )
 SELECT
@@ -160,6 +185,7 @@ SELECT
     stores.parent_hash,
     stores.block_position,
     stores.block_id,
+    stores.kv_group,
     stores.seq AS store_seq,
     stores.ts_ns AS stored_ns,
     CASE
@@ -191,7 +217,7 @@ CROSS JOIN rollup_grid AS grid
 ORDER BY stores.seq, stores.block_position
 """
 
-_PREFIX_BLOCKS = """
+_PREFIX_BLOCKS = f"""
 CREATE OR REPLACE TABLE prefix_blocks AS
 WITH stored AS (
     SELECT
@@ -206,6 +232,7 @@ WITH stored AS (
         min(stored_ns) AS first_stored_ns,
         sum(ended_ns - stored_ns) AS cached_ns
     FROM cache_lifetimes
+    WHERE {IN_REFERENCE_GROUP}
     GROUP BY block_hash
 ),
 used AS (
@@ -218,6 +245,7 @@ used AS (
         max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) AS last_use_ns
     FROM events
     WHERE kind IN ('hit', 'store', 'evict')
+        AND {IN_REFERENCE_GROUP}
     GROUP BY block_hash
 )
 SELECT
@@ -240,9 +268,13 @@ LEFT JOIN stored USING (block_hash)
 ORDER BY used.hits DESC, block_position, used.block_hash
 """
 
-_TENANT_SHARING = """
+_TENANT_SHARING = f"""
 CREATE OR REPLACE TABLE tenant_sharing AS
-WITH hits AS (SELECT seq, ts_ns, block_hash, request_id FROM events WHERE kind = 'hit')
+WITH hits AS (
+    SELECT seq, ts_ns, block_hash, request_id, coalesce(kv_group, 0) AS kv_group
+    FROM events
+    WHERE kind = 'hit' AND {IN_REFERENCE_GROUP}
+)
 SELECT
     (hits.ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
     cache_lifetimes.tenant AS stored_tenant,
@@ -254,14 +286,15 @@ SELECT
     count(*) AS block_hits
 FROM hits
 ASOF LEFT JOIN cache_lifetimes
-    ON hits.block_hash = cache_lifetimes.block_hash AND cache_lifetimes.store_seq < hits.seq
+    ON hits.block_hash = cache_lifetimes.block_hash AND hits.kv_group = cache_lifetimes.kv_group
+    AND cache_lifetimes.store_seq < hits.seq
 LEFT JOIN requests ON requests.request_id = hits.request_id
 CROSS JOIN rollup_grid AS grid
 GROUP BY ALL
 ORDER BY ALL
 """
 
-_FAMILY_HITS = """
+_FAMILY_HITS = f"""
 CREATE OR REPLACE TABLE family_hits AS
 SELECT
     (events.ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
@@ -271,13 +304,14 @@ SELECT
 FROM events
 JOIN prefix_blocks USING (block_hash)
 CROSS JOIN rollup_grid AS grid
-WHERE events.kind = 'hit'
+WHERE events.kind = 'hit' AND {IN_REFERENCE_GROUP}
 GROUP BY ALL
 ORDER BY bucket, prefix_blocks.root_hash
 """
 
 # In build order: each may read the ones before it (and the `requests` table).
 ROLLUP_STATEMENTS = (
+    _REFERENCE_GROUP,
     _GRID,
     _TIME_ROLLUP,
     _BLOCK_HEAT,

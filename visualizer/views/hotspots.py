@@ -3,9 +3,11 @@ how skewed reuse is."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
-from collector.queries import hotspots
+from collector.queries import hotspots, kv_groups
 from collector.queries.timeline import time_grid
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.downloads import show_chart
@@ -20,7 +22,8 @@ def render() -> None:
     run, window = controls.render()
     st.title("Hotspots")
     st.caption(f"Showing {window_caption(window, run)}.")
-    heat = hotspots.block_heatmap(run, window)
+    group = _group_picker(kv_groups.layout(run))
+    heat = hotspots.block_heatmap(run, window, kv_group=group)
     if heat.empty:
         st.info("No block was hit, stored or evicted in this time range.")
         return
@@ -29,7 +32,7 @@ def render() -> None:
     )
     figure = hotspot_charts.heatmap_figure(heat, measure, time_grid(run).block_bin_size)
     show_chart(figure, heat, key="hotspots_heatmap")
-    frequencies = hotspots.hit_count_frequencies(run, window)
+    frequencies = hotspots.hit_count_frequencies(run, window, kv_group=group)
     skew = hotspots.reuse_skew(frequencies)
     metric_row(
         {
@@ -59,6 +62,24 @@ def render() -> None:
         )
     st.subheader("Most-hit blocks")
     st.dataframe(top, hide_index=True, key="hotspots_top_table")
+
+
+def _group_picker(groups: list[dict[str, Any]]) -> int | None:
+    """For a run of several KV cache groups, the group whose blocks the heatmap and the reuse
+    figures show (None: every group's); the most-hit blocks are the reference group's."""
+    if len(groups) == 1:
+        return None
+    names = {None: "every group"} | {
+        index: f"group {index}: {kv_groups.describe(group)}" for index, group in enumerate(groups)
+    }
+    picked: int | None = st.selectbox(
+        "KV cache group", list(names), format_func=names.__getitem__, key="hotspots_kv_group"
+    )
+    st.caption(
+        "This model has several KV cache groups drawing blocks from one pool. The most-hit "
+        "blocks count the first full-attention group's hits, where a prefix is reused whole."
+    )
+    return picked
 
 
 if __name__ == "__main__":
