@@ -96,13 +96,18 @@ class Lookup(_Record, tag="lookup"):
     """A request's prefix was looked up when it was admitted (what PrefixCacheStats counts).
 
     `num_prompt_tokens` is every token looked up: the prompt, plus the output so far for a
-    request resumed after preemption (`preempted`), as vLLM counts its queries.
+    request resumed after preemption (`preempted`), as vLLM counts its queries. In a layout
+    of several KV cache groups, the hit is the longest prefix every group can serve;
+    `longest_group_hit_tokens` is the longest one group alone had cached when that was more
+    (vLLM's shared-prefix boundary), else 0: the tokens between the two, another group (a
+    sliding window's) cut off.
     """
 
     num_prompt_tokens: Count
     num_hit_tokens: Count
     num_hit_blocks: Count
     preempted: bool
+    longest_group_hit_tokens: Count = 0
 
 
 class Hit(_Record, tag="hit"):

@@ -247,6 +247,8 @@ class KVCacheHooks(PoolHooks):
                 num_hits,
                 num_hits // self.block_size,
                 request.num_preemptions > 0,
+                # Set by the scheduler from `get_computed_blocks` (0 in a dense layout).
+                getattr(request, "shared_prefix_boundary", 0),
                 lora=lora,
             )
             self._emit([record])

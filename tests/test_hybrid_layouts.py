@@ -11,7 +11,12 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.block_manager import (
+    CacheSettings,
+    make_block_hasher,
+    make_kv_cache_manager,
+    make_request,
+)
 from collector.replay.simulator import Simulator, StepModel, VirtualClock
 from collector.replay.traces import read_trace
 from collector.store.cache_mirror import CacheMirrors
@@ -148,6 +153,52 @@ def _joined(stores: list[tuple[int, list[int]]]) -> list[tuple[int, int]]:
     return [(group, block_hash) for group, hashes in stores for block_hash in hashes]
 
 
+def serve(manager: Any, request: Any) -> None:
+    """One request as the scheduler serves it: look up, allocate, count the lookup, compute
+    the prompt and one output token, free."""
+    blocks, num_hit_tokens, boundary = manager.get_computed_blocks(request)
+    request.shared_prefix_boundary = boundary
+    manager.allocate_slots(request, request.num_tokens - num_hit_tokens, num_hit_tokens, blocks)
+    manager.record_prefix_cache_stats(request, num_hit_tokens)
+    request.num_computed_tokens = request.num_tokens
+    request.append_output_token_ids([7])
+    manager.allocate_slots(request, 1)
+    manager.free(request)
+
+
+def test_a_hit_the_window_cuts_short_says_how_far_full_attention_had_it() -> None:
+    """Full attention keeps a 100-token prompt's six full blocks; the window group loses two
+    of them (evicted by vLLM's `evict_blocks`). A second request of that prefix then reuses
+    only four blocks (64 tokens), where full attention alone held 96."""
+    settings = CacheSettings(BLOCK_SIZE, 40, kv_layout="full,sliding_window:32")
+    manager = make_kv_cache_manager(settings)
+    hooks, buffer = make_hooks(manager)
+    hooks.attach()
+    block_hasher = make_block_hasher(settings)
+    prefix = list(range(100))
+    serve(manager, make_request("first", [*prefix, *[1000] * 20], block_hasher))
+    stored = CacheMirrors(40).complete(buffer.take())
+    window_blocks = [
+        block_id
+        for record in stored
+        if isinstance(record, Store) and record.kv_group == 1
+        for position, block_id in enumerate(unpack_counts(record.block_ids), record.first_position)
+        if position in (4, 5)
+    ]
+    manager.block_pool.evict_blocks(set(window_blocks))
+    serve(manager, make_request("second", [*prefix, *[2000] * 20], block_hasher))
+    hooks.detach()
+    records = buffer.take()
+    (lookup,) = [record for record in records if type(record).__name__ == "Lookup"]
+    assert (lookup.num_hit_tokens, lookup.longest_group_hit_tokens) == (64, 96)
+    (evict,) = [
+        record
+        for record in CacheMirrors(40).complete(stored + records)
+        if isinstance(record, Evict) and record.request_id is None
+    ]
+    assert unpack_counts(evict.kv_groups or b"") == [1, 1]
+
+
 def test_a_window_hit_starts_where_the_window_does_and_frees_name_their_groups() -> None:
     """gpt-oss-like layout, 32-token window: a second request of the same 100-token prefix
     reuses six full-attention blocks from position 0, and the window's last two from 4."""
@@ -156,16 +207,8 @@ def test_a_window_hit_starts_where_the_window_does_and_frees_name_their_groups()
     hooks, buffer = make_hooks(manager)
     hooks.attach()
     block_hasher = make_block_hasher(settings)
-    from collector.replay.block_manager import make_request
-
     for index in range(2):
-        request = make_request(f"r{index}", [*range(100), *[1000 + index] * 20], block_hasher)
-        blocks, num_hit_tokens, _ = manager.get_computed_blocks(request)
-        manager.allocate_slots(request, request.num_tokens - num_hit_tokens, num_hit_tokens, blocks)
-        request.num_computed_tokens = request.num_tokens
-        request.append_output_token_ids([7])
-        manager.allocate_slots(request, 1)
-        manager.free(request)
+        serve(manager, make_request(f"r{index}", [*range(100), *[1000 + index] * 20], block_hasher))
     hooks.detach()
     completed = CacheMirrors(40).complete(buffer.take())
     hits = [

@@ -58,6 +58,14 @@ def test_the_page_shows_both_groups_and_the_blocks_each_held() -> None:
     names = [trace["name"] for trace in json.loads(chart.proto.spec)["data"]]
     assert names == ["group 0: full attention", "group 1: sliding window of 128 tokens"]
     assert not app.info  # the one-group note is for runs of one group
+    with RunFile.open(SAMPLE_HYBRID_RUN) as run:
+        cut = run.rows(
+            "SELECT count(*), sum(longest_group_hit_tokens - num_hit_tokens) FROM requests "
+            "WHERE longest_group_hit_tokens > num_hit_tokens"
+        )[0]
+    assert cut[0] > 0
+    assert shown["Hits cut short by a group"] == f"{cut[0]:,}"
+    assert shown["Tokens they lost"].startswith(f"{cut[1]:,} (")
 
 
 def test_the_run_options_say_the_layout_it_was_replayed_with() -> None:

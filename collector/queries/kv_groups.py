@@ -88,6 +88,29 @@ def group_figures(run: RunFile, window: TimeWindow | None = None) -> pd.DataFram
     return table
 
 
+def cut_short(run: RunFile, window: TimeWindow | None = None) -> dict[str, int]:
+    """Lookups (first admissions) whose hit another group cut short: one group had cached
+    the prefix further than every group could serve (vLLM's shared-prefix boundary), and the
+    tokens between, which the request computed again; with every lookup's hit tokens."""
+    covered = timeline_span(run, window, 1)
+    row = run.row(
+        """
+        SELECT count(*) FILTER (WHERE cut > 0),
+            coalesce(sum(cut) FILTER (WHERE cut > 0), 0),
+            coalesce(sum(num_hit_tokens), 0)
+        FROM (
+            SELECT num_hit_tokens,
+                coalesce(longest_group_hit_tokens, 0) - num_hit_tokens AS cut
+            FROM events
+            WHERE kind = 'lookup' AND NOT preempted AND ts_ns >= $start AND ts_ns < $end
+        )
+        """,
+        {"start": covered["start"], "end": covered["end"]},
+    )
+    requests, tokens, hit_tokens = row if row else (0, 0, 0)
+    return {"requests": int(requests), "tokens": int(tokens), "hit_tokens": int(hit_tokens)}
+
+
 def in_use_timeline(
     run: RunFile, window: TimeWindow | None = None, max_points: int = 1_000
 ) -> pd.DataFrame:

@@ -111,7 +111,10 @@ class Simulator:
         """
         from vllm.v1.request import RequestStatus
 
-        blocks, num_hit_tokens, _ = self.manager.get_computed_blocks(request)
+        blocks, num_hit_tokens, boundary = self.manager.get_computed_blocks(request)
+        # As the scheduler does: a window group then keeps the blocks at the boundary of a
+        # prefix another group cached further (the hit's third value), to serve it later.
+        request.shared_prefix_boundary = boundary
         num_new_tokens = request.num_tokens - num_hit_tokens
         if self.manager.allocate_slots(request, num_new_tokens, num_hit_tokens, blocks) is None:
             return None

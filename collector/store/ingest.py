@@ -49,6 +49,7 @@ EVENT_COLUMNS: dict[str, pa.DataType] = {
     "num_prompt_tokens": pa.int32(),
     "num_hit_tokens": pa.int32(),
     "num_hit_blocks": pa.int32(),
+    "longest_group_hit_tokens": pa.int32(),
     "preempted": pa.bool_(),
     "age_ns": pa.int64(),
     "num_hits": pa.int32(),

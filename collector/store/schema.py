@@ -110,6 +110,7 @@ CREATE_STATEMENTS = (
         num_prompt_tokens INTEGER,
         num_hit_tokens INTEGER,
         num_hit_blocks INTEGER,
+        longest_group_hit_tokens INTEGER,
         preempted BOOLEAN,
         age_ns BIGINT,
         num_hits INTEGER,
@@ -165,6 +166,8 @@ DERIVED_STATEMENTS = (
         any_value(num_prompt_tokens) FILTER (WHERE kind = 'arrive') AS num_prompt_tokens,
         arg_min(num_hit_tokens, seq) FILTER (WHERE kind = 'lookup') AS num_hit_tokens,
         arg_min(num_hit_blocks, seq) FILTER (WHERE kind = 'lookup') AS num_hit_blocks,
+        arg_min(longest_group_hit_tokens, seq) FILTER (WHERE kind = 'lookup')
+            AS longest_group_hit_tokens,
         any_value(num_output_tokens) FILTER (WHERE kind = 'finish') AS num_output_tokens,
         any_value(tenant) FILTER (WHERE kind = 'arrive') AS tenant,
         any_value(lora) FILTER (WHERE kind = 'arrive') AS lora,

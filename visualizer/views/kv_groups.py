@@ -46,17 +46,27 @@ def render() -> None:
     busiest = int(figures["peak_in_use"].fillna(0).to_numpy().argmax())
     total_hits = int(figures["block_hits"].sum())
     full_hits = int(figures.loc[figures["kind"] == "full attention", "block_hits"].sum())
+    cut = kv_groups.cut_short(run, window)
+    cut_share = cut["tokens"] / (cut["tokens"] + cut["hit_tokens"]) if cut["tokens"] else 0.0
     metric_row(
         {
             "Groups": f"{len(groups)}",
             "Holds the most blocks": f"group {busiest}: {figures['kind'][busiest]}",
             "Block hits in full attention": f"{full_hits / total_hits:.0%}" if total_hits else "-",
+            "Hits cut short by a group": f"{cut['requests']:,}",
+            "Tokens they lost": f"{cut['tokens']:,} ({cut_share:.1%})",
         },
         {
             "Holds the most blocks": "The group whose blocks in use peaked highest: the one "
             "that runs the shared pool out first.",
             "Block hits in full attention": "Of all block reuses, those of full-attention "
             "groups; a window group reuses only its window's blocks.",
+            "Hits cut short by a group": "Requests whose prefix one group had cached further "
+            "than every group could serve (vLLM reuses only the prefix all groups hold): "
+            "typically full attention held it, and a sliding window had lost the blocks at "
+            "the end of it.",
+            "Tokens they lost": "The tokens between the hit and the longest prefix one group "
+            "held, computed again; in brackets, of those plus every hit token.",
         },
     )
     st.dataframe(
