@@ -88,11 +88,16 @@ def _give_the_engine_time_to_flush(grace_s: float) -> None:
     capture on, every platform gets one of `grace_s`: requests are still aborted at once,
     and the engine core, which exits as soon as it is done, has time to hand its last
     records to the collector. A drain timeout the user set is left exactly as it is.
+
+    An engine whose owner is collected instead of shut down (an offline `LLM` at interpreter
+    exit) is stopped by vLLM's finalizer, `shutdown(processes)` with no timeout (5 s, which a
+    busy machine's worker teardown alone can take): it gets the grace too.
     """
     try:
         from vllm.v1.engine import utils as engine_utils
 
         original = engine_utils.get_engine_process_shutdown_timeout
+        original_shutdown = getattr(engine_utils, "shutdown")  # noqa: B009 - not exported
     except (ImportError, AttributeError) as error:
         logger.warning("kvscope: the last records may be lost at shutdown: %s", error)
         return
@@ -108,8 +113,13 @@ def _give_the_engine_time_to_flush(grace_s: float) -> None:
             return timeout
         return max(DEFAULT_PROCESS_GRACE_S if timeout is None else timeout, grace_s)
 
+    @functools.wraps(original_shutdown)
+    def shutdown(processes: list[Any], timeout: float | None = None) -> None:
+        original_shutdown(processes, grace_s if timeout is None else timeout)
+
     setattr(get_engine_process_shutdown_timeout, _PATCHED, True)
     engine_utils.get_engine_process_shutdown_timeout = get_engine_process_shutdown_timeout
+    setattr(engine_utils, "shutdown", shutdown)  # noqa: B010 - not exported
 
 
 class Capture:

@@ -88,7 +88,7 @@ def test_overview_figures_match_the_summary() -> None:
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:
     app = start()
     picker = app.selectbox(key="run_picker")
-    assert picker.options == ["run.duckdb", "run_block32.duckdb"]
+    assert picker.options == ["run.duckdb", "run_block32.duckdb", "run_hybrid.duckdb"]
     picker.select(str(SECOND_SAMPLE_RUN)).run()
     assert not app.exception, app.exception
     assert app.session_state["run_path"] == str(SECOND_SAMPLE_RUN)
@@ -242,7 +242,7 @@ def test_roi_inputs_change_every_estimate() -> None:
 
 def test_compare_runs_side_by_side() -> None:
     app = go_to(start(), "views/compare.py")
-    assert app.selectbox(key="compare_run").options == ["run_block32.duckdb"]
+    assert app.selectbox(key="compare_run").options == ["run_block32.duckdb", "run_hybrid.duckdb"]
     with RunFile.open(SECOND_SAMPLE_RUN) as run_file:
         second = run_summary(run_file)
     assert metrics(app)["Hit ratio (tokens)"] == f"{second['token_hit_ratio']:.1%}"

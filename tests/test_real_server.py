@@ -352,7 +352,9 @@ def test_offline_llm_burst_at_start_drops_nothing(model: str, tmp_path: Path) ->
             timeout=900,
         )
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    (summary,) = capture_summaries(result.stdout + result.stderr)
+    summaries = capture_summaries(result.stdout + result.stderr)
+    assert len(summaries) == 1, result.stdout[-4000:] + result.stderr[-6000:]
+    (summary,) = summaries
     assert summary.dropped == summary.lost == 0
     assert summary.delivered == summary.records > 300
     with RunFile.open(run) as run_file:
