@@ -51,7 +51,7 @@ def test_the_page_shows_both_groups_and_the_blocks_each_held() -> None:
     app = go_to(start(SAMPLE_HYBRID_RUN), PAGE)
     shown = metrics(app)
     assert shown["Groups"] == "2"
-    assert shown["Holds the most blocks"] == "group 0: full attention"
+    assert shown["Holds the most blocks"] == "group 0"
     table = app.dataframe[0].value
     assert list(table["attention"]) == ["full attention", "sliding window of 128 tokens"]
     (chart,) = app.get("plotly_chart")

@@ -51,7 +51,7 @@ def render() -> None:
     metric_row(
         {
             "Groups": f"{len(groups)}",
-            "Holds the most blocks": f"group {busiest}: {figures['kind'][busiest]}",
+            "Holds the most blocks": f"group {busiest}",
             "Block hits in full attention": f"{full_hits / total_hits:.0%}" if total_hits else "-",
             "Hits cut short by a group": f"{cut['requests']:,}",
             "Tokens they lost": f"{cut['tokens']:,} ({cut_share:.1%})",
