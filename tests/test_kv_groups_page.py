@@ -122,3 +122,10 @@ def test_the_hotspots_page_picks_a_group() -> None:
     assert not app.exception
     heat = json.loads(app.get("plotly_chart")[0].proto.spec)["data"][0]
     assert heat["type"] == "heatmap"
+
+
+def test_the_advisor_warns_that_its_curves_model_one_group() -> None:
+    hybrid = go_to(start(SAMPLE_HYBRID_RUN), "views/advisor.py")
+    assert any("2 KV cache groups" in warning.value for warning in hybrid.warning)
+    single = go_to(start(), "views/advisor.py")
+    assert not any("KV cache groups" in warning.value for warning in single.warning)

@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from collector.queries import kv_groups
 from visualizer.charts.advisor import chart_data, chart_figure
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -75,7 +76,7 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
 
 
 def render() -> None:
-    controls.render()
+    run, _ = controls.render()
     path = current_run()
     st.title("Advisor")
     spec, gpu, whatif = _assumptions()
@@ -93,6 +94,15 @@ def render() -> None:
         f"{spec['name']} with a {spec['dtype']} KV cache. The advice covers the whole run "
         "(the time filter does not apply here)."
     )
+    groups = kv_groups.layout(run)
+    if len(groups) > 1:
+        st.warning(
+            f"This run has {len(groups)} KV cache groups (a hybrid model), all in one pool. "
+            "The one-pass curves model one full-attention group, so their pool sizes and "
+            "memory are only a guide here: replay the what-ifs through vLLM's hybrid manager "
+            "with `kvscope whatif TRACE --kv-layout LAYOUT --num-blocks ... --out DIR` (from "
+            "a run with token ids, the run's own layout is the default) and give DIR above."
+        )
     gain = max((entry["gain_tokens"] for entry in suggestions), default=0.0)
     metric_row(
         {
