@@ -268,3 +268,38 @@ def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path) -> None:
     }
     assert kinds["evict"] >= 1
     assert summary["vllm_prefix_cache_hits"] > 0
+
+
+def test_an_mla_group_beside_a_window_is_mirrored_as_full_attention() -> None:
+    """DeepSeek-style MLA layers are full attention to vLLM's block manager."""
+    import torch
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.kv_cache_interface import (
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+    )
+
+    shape = {"block_size": BLOCK_SIZE, "num_kv_heads": 1, "head_size": 64, "dtype": torch.float16}
+    groups = [
+        KVCacheGroupSpec(["mla"], MLAAttentionSpec(**shape)),  # type: ignore[arg-type]
+        KVCacheGroupSpec(["swa"], SlidingWindowSpec(**shape, sliding_window=32)),  # type: ignore[arg-type]
+    ]
+    config = KVCacheConfig(num_blocks=40, kv_cache_tensors=[], kv_cache_groups=groups)
+    manager = KVCacheManager(
+        config, max_model_len=1024, scheduler_block_size=BLOCK_SIZE, hash_block_size=BLOCK_SIZE
+    )
+    hooks, buffer = make_hooks(manager)
+    hooks.attach()
+    assert [group.kind for group in hooks.layout.groups] == ["full", "sliding_window"]
+    block_hasher = make_block_hasher(CacheSettings(BLOCK_SIZE))
+    for index in range(2):
+        serve(manager, make_request(f"r{index}", [*range(100), *[1000 + index] * 20], block_hasher))
+    hooks.detach()
+    hits = [
+        (record.kv_group, record.first_position, len(unpack_counts(record.block_ids)))
+        for record in buffer.take()
+        if isinstance(record, Hit)
+    ]
+    assert hits == [(0, 0, 6), (1, 4, 2)]
