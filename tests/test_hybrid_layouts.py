@@ -33,7 +33,7 @@ LAYOUTS = (
     ("gpt-oss", 700),  # full + sliding window (128 tokens)
     ("full,sliding_window:48,sliding_window:48", 700),  # Gemma-3-like, with a sliding window
     ("full,chunked_local:64", 700),  # Llama-4-like
-    ("sliding_window:80", 700),  # one sliding-window group alone
+    ("sliding_window:80", 300),  # one sliding-window group alone
     ("chunked_local:64", 400),  # one chunked-local group alone
 )
 
@@ -167,9 +167,11 @@ def serve(manager: Any, request: Any) -> None:
 
 
 def test_a_hit_the_window_cuts_short_says_how_far_full_attention_had_it() -> None:
-    """Full attention keeps a 100-token prompt's six full blocks; the window group loses two
-    of them (evicted by vLLM's `evict_blocks`). A second request of that prefix then reuses
-    only four blocks (64 tokens), where full attention alone held 96."""
+    """Full attention keeps a 100-token prompt's six full blocks; with vLLM's default
+    retention (`prefix_cache_retention_interval` 0) the window group keeps only the blocks
+    where that prompt ends. A second request of the same prefix reuses nothing where full
+    attention alone held 96 tokens, and marks 96 for its window to keep; once vLLM's
+    `evict_blocks` drops those two window blocks, a third is cut short the same way."""
     settings = CacheSettings(BLOCK_SIZE, 40, kv_layout="full,sliding_window:32")
     manager = make_kv_cache_manager(settings)
     hooks, buffer = make_hooks(manager)
@@ -177,46 +179,58 @@ def test_a_hit_the_window_cuts_short_says_how_far_full_attention_had_it() -> Non
     block_hasher = make_block_hasher(settings)
     prefix = list(range(100))
     serve(manager, make_request("first", [*prefix, *[1000] * 20], block_hasher))
+    serve(manager, make_request("second", [*prefix, *[2000] * 20], block_hasher))
     stored = CacheMirrors(40).complete(buffer.take())
     window_blocks = [
         block_id
         for record in stored
-        if isinstance(record, Store) and record.kv_group == 1
+        if isinstance(record, Store) and record.kv_group == 1 and record.request_id == "second"
         for position, block_id in enumerate(unpack_counts(record.block_ids), record.first_position)
         if position in (4, 5)
     ]
+    assert len(window_blocks) == 2
     manager.block_pool.evict_blocks(set(window_blocks))
-    serve(manager, make_request("second", [*prefix, *[2000] * 20], block_hasher))
+    serve(manager, make_request("third", [*prefix, *[3000] * 20], block_hasher))
     hooks.detach()
-    records = buffer.take()
-    (lookup,) = [record for record in records if type(record).__name__ == "Lookup"]
-    assert (lookup.num_hit_tokens, lookup.longest_group_hit_tokens) == (64, 96)
+    records = stored + buffer.take()
+    lookups = [
+        (record.num_hit_tokens, record.longest_group_hit_tokens)
+        for record in records
+        if type(record).__name__ == "Lookup"
+    ]
+    assert lookups == [(0, 0), (0, 96), (0, 96)]
     (evict,) = [
         record
-        for record in CacheMirrors(40).complete(stored + records)
+        for record in CacheMirrors(40).complete(records)
         if isinstance(record, Evict) and record.request_id is None
     ]
     assert unpack_counts(evict.kv_groups or b"") == [1, 1]
 
 
 def test_a_window_hit_starts_where_the_window_does_and_frees_name_their_groups() -> None:
-    """gpt-oss-like layout, 32-token window: a second request of the same 100-token prefix
-    reuses six full-attention blocks from position 0, and the window's last two from 4."""
+    """gpt-oss-like layout, 32-token window: the second request of a 100-token prefix marks
+    96 for the window to keep (above), so the third reuses six full-attention blocks from
+    position 0, and the window's last two from 4."""
     settings = CacheSettings(BLOCK_SIZE, 40, kv_layout="full,sliding_window:32")
     manager = make_kv_cache_manager(settings)
     hooks, buffer = make_hooks(manager)
     hooks.attach()
     block_hasher = make_block_hasher(settings)
-    for index in range(2):
+    for index in range(3):
         serve(manager, make_request(f"r{index}", [*range(100), *[1000 + index] * 20], block_hasher))
     hooks.detach()
     completed = CacheMirrors(40).complete(buffer.take())
     hits = [
-        (record.kv_group, record.first_position, len(unpack_counts(record.block_ids)))
+        (
+            record.request_id,
+            record.kv_group,
+            record.first_position,
+            len(unpack_counts(record.block_ids)),
+        )
         for record in completed
         if isinstance(record, Hit)
     ]
-    assert hits == [(0, 0, 6), (1, 4, 2)]
+    assert hits == [("r2", 0, 0, 6), ("r2", 1, 4, 2)]
     # Each freed block is named with the group that allocated it, frees across groups too.
     allocated_by: dict[int, int] = {}
     for record in completed:

@@ -79,7 +79,10 @@ def make_kv_cache_manager(
             spec = FullAttentionSpec(block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
         groups.append(KVCacheGroupSpec([f"model.layers.{index}.self_attn"], spec))
     config = KVCacheConfig(
-        num_blocks=settings.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups
+        num_blocks=settings.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=groups,
+        prefix_cache_retention_interval=0,
     )
     return KVCacheManager(
         config,
