@@ -7,7 +7,7 @@ from typing import Any
 
 
 class UnsupportedCacheLayout(RuntimeError):
-    """The manager is not one the hooks can mirror exactly (e.g. Mamba state groups)."""
+    """The manager is not one the hooks can mirror exactly (e.g. partial-block hashes)."""
 
 
 # vLLM's manager class of each group kind the hooks mirror, by the kind's name in kvscope.
@@ -16,6 +16,7 @@ MANAGER_KINDS = {
     "FullAttentionManager": "full",
     "SlidingWindowManager": "sliding_window",
     "ChunkedLocalAttentionManager": "chunked_local",
+    "MambaManager": "mamba",
 }
 
 
@@ -51,10 +52,12 @@ class CacheLayout:
 def check_layout(manager: Any) -> CacheLayout:
     """The manager's layout, if kvscope mirrors it exactly; `UnsupportedCacheLayout` if not.
 
-    Every group must be full attention (MLA included), sliding window or chunked local
-    attention, hashed at its own block size (so vLLM registers no partial-block hashes), and
-    cached by prefix. Mamba state groups are not mirrored: vLLM copies, moves and drops their
-    cached blocks' hashes outside the pool methods the hooks see.
+    Every group must be full attention (MLA included), sliding window, chunked local
+    attention or Mamba, hashed at its own block size (so vLLM registers no partial-block
+    hashes), and cached by prefix. A Mamba group is cached in vLLM's "align" mode (one state
+    block per block boundary it keeps) without prefill checkpoint or speculative blocks:
+    there vLLM re-keys, moves and drops state blocks' hashes outside the pool methods the
+    hooks see (`_mamba_refusal`).
     """
     coordinator = manager.coordinator
     hash_block_size = manager.block_pool.hash_block_size
@@ -76,9 +79,27 @@ def check_layout(manager: Any) -> CacheLayout:
             )
         if not getattr(spec, "prefix_cacheable", True):
             raise UnsupportedCacheLayout(f"group {index} ({type(spec).__name__}) is not cached")
+        refusal = _mamba_refusal(spec) if kind == "mamba" else None
+        if refusal:
+            raise UnsupportedCacheLayout(f"group {index} (MambaSpec): {refusal}")
         window = {"sliding_window": "sliding_window", "chunked_local": "attention_chunk_size"}
         tokens = int(getattr(spec, window[kind])) if kind in window else 0
         groups.append(KvGroup(kind, spec.block_size, tokens, len(group.layer_names)))
     if getattr(coordinator, "enable_partial_hash_hits", False):
         raise UnsupportedCacheLayout("kvscope does not mirror partial-block prefix hits")
     return CacheLayout(tuple(groups))
+
+
+def _mamba_refusal(spec: Any) -> str | None:
+    """Why the hooks cannot mirror this Mamba group, or None if they can.
+
+    With prefix caching vLLM requires "align" mode: one state block per block boundary it
+    keeps, hashed through `cache_full_blocks` (or `cache_partial_block`, which the hooks
+    wrap). Prefill checkpoint blocks are re-keyed and dropped with
+    `_maybe_evict_cached_block`, and speculative blocks relocated in the block table, by the
+    Mamba manager itself: those are refused."""
+    if getattr(spec, "num_prefill_checkpoint_blocks", 0):
+        return "kvscope does not mirror prefill checkpoint blocks"
+    if getattr(spec, "num_speculative_blocks", 0):
+        return "kvscope does not mirror speculative blocks"
+    return None

@@ -37,6 +37,7 @@ POOL_METHODS = (
     "get_new_blocks",
     "touch",
     "cache_full_blocks",
+    "cache_partial_block",
     "free_blocks",
     "evict_blocks",
     "reset_prefix_cache",
@@ -198,7 +199,8 @@ class PoolHooks:
             if num_cached_blocks >= num_full_blocks:
                 return
             if dense:  # vLLM stores every block of the range: full attention masks none out
-                self._store(request, blocks, num_cached_blocks, num_full_blocks, 0)
+                stored_blocks = blocks[num_cached_blocks:num_full_blocks]
+                self._store(request, stored_blocks, num_cached_blocks, 0)
                 return
             # vLLM skips null blocks (left of a window) and the ones the mask leaves out
             # (which no later prefix could reach): one `Store` per run of stored positions.
@@ -212,17 +214,19 @@ class PoolHooks:
             for index in range(1, len(stored) + 1):
                 if index == len(stored) or stored[index] != stored[index - 1] + 1:
                     first = stored[start]
-                    self._store(request, blocks, first, first + index - start, kv_cache_group_id)
+                    end = first + index - start
+                    self._store(request, blocks[first:end], first, kv_cache_group_id)
                     start = index
 
         return cache_full_blocks
 
     def _store(
-        self, request: Request, blocks: list[KVCacheBlock], first: int, end: int, group: int
+        self, request: Request, blocks: Sequence[KVCacheBlock], first: int, group: int
     ) -> None:
-        """Record that vLLM stored the request's blocks at positions `first` to `end`."""
+        """Record that vLLM stored these blocks as the request's, from position `first` on."""
+        end = first + len(blocks)
         positions = range(first, end)
-        block_ids = [block.block_id for block in blocks[first:end]]
+        block_ids = [block.block_id for block in blocks]
         request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
         if self._fingerprints:
             chain = self._fingerprints.chain(request, end)
@@ -243,6 +247,40 @@ class PoolHooks:
             group,
         )
         self._emit([record])
+
+    def _make_cache_partial_block(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """vLLM caching one block at a prefix boundary outside `cache_full_blocks` (a Mamba
+        group's state block at the prompt's last boundary). In the layouts kvscope mirrors
+        every group is hashed at its block size, so the boundary ends the block and the
+        block's key is its position's hash: a one-block `Store`, after an `Evict` of the
+        key it replaced, if any (layout.py refuses the layouts with partial-block keys)."""
+
+        def cache_partial_block(  # noqa: PLR0917 - vLLM's own signature
+            request: Request,
+            block: KVCacheBlock,
+            num_tokens: int,
+            kv_cache_group_id: int,
+            block_size: int,
+            replace_existing_hashes: bool = False,
+        ) -> Any:
+            before = block.block_hash
+            key = original(
+                request=request,
+                block=block,
+                num_tokens=num_tokens,
+                kv_cache_group_id=kv_cache_group_id,
+                block_size=block_size,
+                replace_existing_hashes=replace_existing_hashes,
+            )
+            after = block.block_hash
+            if after == before or after is None:
+                return key
+            if before is not None:
+                self._evict([block.block_id], cast("list[bytes]", [before]))
+            self._store(request, [block], num_tokens // self.block_size - 1, kv_cache_group_id)
+            return key
+
+        return cache_partial_block
 
     def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         dense = self.layout.dense
@@ -282,21 +320,19 @@ class PoolHooks:
                 for block_id, key in keys.items()
                 if key is not None and pool_blocks[block_id].block_hash is None
             )
-            if not evicted:
-                return
-            if self._fingerprints:
-                self._fingerprints.uncache(evicted)
-            evicted_keys = cast("list[bytes]", [keys[block_id] for block_id in evicted])
-            record = Evict(
-                self._next_seq(),
-                self._clock(),
-                None,
-                pack_counts(evicted),
-                pack_cache_keys(evicted_keys),
-            )
-            self._emit([record])
+            if evicted:
+                self._evict(evicted, cast("list[bytes]", [keys[block_id] for block_id in evicted]))
 
         return evict_blocks
+
+    def _evict(self, block_ids: list[int], keys: list[bytes]) -> None:
+        """Record that vLLM dropped these blocks' keys from its prefix cache."""
+        if self._fingerprints:
+            self._fingerprints.uncache(block_ids)
+        record = Evict(
+            self._next_seq(), self._clock(), None, pack_counts(block_ids), pack_cache_keys(keys)
+        )
+        self._emit([record])
 
     def _make_reset_prefix_cache(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def reset_prefix_cache() -> bool:

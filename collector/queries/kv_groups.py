@@ -1,5 +1,5 @@
-"""A run's KV cache groups (a hybrid model's full-attention, sliding-window and chunked-local
-groups, all drawing blocks from one pool): what each stored, reused and lost, and the blocks
+"""A run's KV cache groups (a hybrid model's full-attention, sliding-window, chunked-local and
+Mamba groups, all drawing blocks from one pool): what each stored, reused and lost, and the blocks
 each held over time."""
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def describe(group: dict[str, Any]) -> str:
         return f"sliding window of {tokens:,} tokens"
     if kind == "chunked_local":
         return f"chunked local, {tokens:,}-token chunks"
+    if kind == "mamba":
+        return "Mamba state"
     return "full attention" if kind == "full" else kind
 
 

@@ -37,12 +37,28 @@ TINY_LLAMA = {
 }
 
 
-def make_scheduler(model_dir: Path, block_size: int, num_blocks: int, max_num_seqs: int) -> Any:
-    """vLLM's own Scheduler for a tiny Llama config, one full-attention KV cache group."""
+def make_scheduler(
+    model_dir: Path,
+    block_size: int,
+    num_blocks: int,
+    max_num_seqs: int,
+    *,
+    mamba: bool = False,
+    kv_events: bool = False,
+) -> Any:
+    """vLLM's own Scheduler for a tiny Llama config: one full-attention KV cache group, and
+    with `mamba` a Mamba group beside it cached as vLLM caches one ("align" mode, block-aligned
+    prefill chunks), as in a Qwen3-Next-like hybrid; `kv_events` turns on vLLM's KV events."""
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config.kv_events import KVEventsConfig
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+    )
     from vllm.v1.structured_output import StructuredOutputManager
 
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -56,21 +72,38 @@ def make_scheduler(model_dir: Path, block_size: int, num_blocks: int, max_num_se
         max_model_len=8192,
         is_encoder_decoder=False,
     )
-    cache = CacheConfig(block_size=block_size, enable_prefix_caching=True)
+    cache = CacheConfig(
+        block_size=block_size,
+        enable_prefix_caching=True,
+        mamba_cache_mode="align" if mamba else "none",
+    )
     cache.num_gpu_blocks = num_blocks
     vllm_config = VllmConfig(
         model_config=model,
         scheduler_config=scheduler_config,
         cache_config=cache,
         device_config=DeviceConfig(device="cpu"),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=kv_events, publisher="null"),
     )
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=2, head_size=16, dtype=torch.float16
     )
+    groups = [KVCacheGroupSpec(["model.layers.0.self_attn"], spec)]
+    if mamba:
+        state = MambaSpec(
+            block_size=block_size,
+            shapes=((4, 16),),
+            dtypes=(torch.float16,),
+            mamba_cache_mode="align",
+        )
+        groups.append(KVCacheGroupSpec(["model.layers.1.linear_attn"], state))
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn"], spec)],
+        kv_cache_groups=groups,
+        # As vLLM's engine plans it: 0 keeps a Mamba group's states only where a later
+        # request can resume (each prompt's last block boundary).
+        prefix_cache_retention_interval=cache.prefix_cache_retention_interval,
     )
     return Scheduler(
         vllm_config=vllm_config,

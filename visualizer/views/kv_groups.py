@@ -1,4 +1,4 @@
-"""KV cache groups: for a hybrid model (sliding-window or chunked-local layers beside full
+"""KV cache groups: for a hybrid model (sliding-window, chunked-local or Mamba layers beside full
 attention), what each group stored, reused and lost, and how much of the shared pool it held."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def render() -> None:
         f"Showing {window_caption(window, run)}. vLLM gives each attention kind of a model its "
         "own KV cache groups, all drawing blocks from one pool; every request holds blocks in "
         "every group. A prefix hit is the longest prefix every group can serve: a "
-        "sliding-window group keeps, and reuses, only the blocks its window still reads."
+        "sliding-window group keeps, and reuses, only the blocks its window still reads; a "
+        "Mamba group one state block where a prefix ends."
     )
     if len(groups) == 1 and groups[0]["kind"] == "full":
         st.info(

@@ -1,0 +1,250 @@
+"""A full-attention group beside a Mamba group (Qwen3-Next, Jamba, Nemotron-H), driven by vLLM's
+real Scheduler, which splits a Mamba prefill at the block boundaries whose states it caches.
+The hooks change nothing, and their records say exactly what vLLM stored and removed, group
+by group; vLLM's own KV events are the witness."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from collector.queries import kv_groups
+from collector.queries.summary import run_summary
+from collector.store.cache_mirror import CacheMirrors
+from collector.store.run_file import RunFile, RunStore
+from engine_hooks import UnsupportedCacheLayout
+from engine_hooks.events import Evict, Hit, Store, unpack_counts, unpack_hashes
+from tests.support.app import go_to, start
+from tests.support.block_manager import make_hooks
+from tests.support.engine import collector_process, drive, make_scheduler, workload
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
+BLOCK_SIZE = 16
+NUM_BLOCKS = 400  # small enough that the workload evicts
+
+
+class KvEventSink:
+    """Where the scheduler publishes vLLM's KV event batches: kept, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def publish(self, batch: Any) -> None:
+        self.events.extend(batch.events)
+
+    def shutdown(self) -> None:
+        return None
+
+
+class Driven(NamedTuple):
+    events: list[Any]
+    result: Any
+    records: list[Any]
+    kinds: list[str]  # the hooks' layout: each group's kind
+
+
+def run(tmp_path: Path, hooks_on: bool) -> Driven:
+    scheduler = make_scheduler(
+        tmp_path / "model", BLOCK_SIZE, NUM_BLOCKS, max_num_seqs=8, mamba=True, kv_events=True
+    )
+    sink = KvEventSink()
+    scheduler.kv_event_publisher = sink
+    hooks, buffer = make_hooks(scheduler.kv_cache_manager, check_collisions=True)
+    if hooks_on:
+        hooks.attach()
+    result = drive(scheduler, workload(), per_step=3)
+    hooks.detach()
+    return Driven(sink.events, result, buffer.take(), [g.kind for g in hooks.layout.groups])
+
+
+def test_hooks_change_nothing_beside_a_mamba_group(tmp_path: Path) -> None:
+    off = run(tmp_path, hooks_on=False)
+    on = run(tmp_path, hooks_on=True)
+
+    assert on.result == off.result  # the same steps, lookups, hits and finished requests
+    assert on.result.hits > 0, "the prefix cache must be hit"
+    assert on.events == off.events  # every block stored and removed, in the same order
+    removed = [event for event in on.events if type(event).__name__ == "BlockRemoved"]
+    assert len(removed) > 50, "the pool must be small enough to evict"
+    assert on.kinds == ["full", "mamba"]
+
+
+def test_records_say_what_vllm_stored_and_removed_in_each_group(tmp_path: Path) -> None:
+    driven = run(tmp_path, hooks_on=True)
+    completed = CacheMirrors(NUM_BLOCKS).complete(driven.records)
+
+    stored = [
+        (event.group_idx, block_hash)  # vLLM's 64-bit form of a hash: an int
+        for event in driven.events
+        if type(event).__name__ == "BlockStored"
+        for block_hash in event.block_hashes
+    ]
+    ours_stored = [
+        (record.kv_group, block_hash)
+        for record in completed
+        if isinstance(record, Store)
+        for block_hash in _ints(unpack_hashes(record))
+    ]
+    assert ours_stored == stored
+    assert {group for group, _ in stored} == {0, 1}
+    removed = [
+        (event.group_idx, block_hash)
+        for event in driven.events
+        if type(event).__name__ == "BlockRemoved"
+        for block_hash in event.block_hashes
+    ]
+    ours_removed = [
+        (group, block_hash)
+        for record in completed
+        if isinstance(record, Evict)
+        for group, block_hash in zip(
+            unpack_counts(record.kv_groups or b""), _ints(unpack_hashes(record)), strict=True
+        )
+    ]
+    assert ours_removed == removed
+    assert not any(type(record).__name__ == "Collision" for record in driven.records)
+
+
+def test_a_mamba_hit_reuses_one_state_block_where_the_prefix_ends(tmp_path: Path) -> None:
+    """Full attention reuses every block of a hit from position 0; the Mamba group reuses
+    only the state block at the hit's last boundary (vLLM's nulls stand for the rest)."""
+    driven = run(tmp_path, hooks_on=True)
+    full_hit: dict[str, int] = {}  # per request, the blocks of its last full-attention hit
+    num_checked = 0
+    for record in driven.records:
+        if isinstance(record, Hit) and record.kv_group == 0:
+            assert record.first_position == 0
+            full_hit[record.request_id] = len(unpack_counts(record.block_ids))
+        elif isinstance(record, Hit):
+            assert len(unpack_counts(record.block_ids)) == 1
+            assert record.first_position + 1 == full_hit[record.request_id]
+        elif type(record).__name__ == "Lookup" and record.num_hit_tokens:
+            # vLLM's hit is the prefix both groups serve: where the Mamba state was cached.
+            assert record.num_hit_tokens == full_hit.pop(record.request_id) * BLOCK_SIZE
+            num_checked += 1
+    assert num_checked > 20
+
+
+def test_a_captured_mamba_hybrid_run_names_its_groups_on_the_kv_groups_page(
+    tmp_path: Path, capture_environment: str
+) -> None:
+    """The plugin captures the hybrid engine as vLLM loads it, into a real `kvscope collect`:
+    the run's hits are vLLM's own, and its KV cache groups page shows the Mamba group."""
+    run = tmp_path / "run.duckdb"
+    with collector_process(run, capture_environment) as process:
+        scheduler = make_scheduler(
+            tmp_path / "model", BLOCK_SIZE, NUM_BLOCKS, max_num_seqs=8, mamba=True
+        )
+        capture = scheduler.kvscope_capture
+        result = drive(scheduler, workload(), per_step=3)
+        scheduler.shutdown()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    assert capture.hooks.num_lost == 0 and capture.transport.num_dropped == 0
+    store = RunStore.open(run)
+    summary = run_summary(store)
+    store.close()
+    assert (summary["prompt_tokens"], summary["hit_tokens"]) == (result.queries, result.hits)
+    assert summary["dropped_events"] == 0 and summary["collisions"] == 0
+    with RunFile.open(run) as run_file:
+        figures = kv_groups.group_figures(run_file)
+    assert list(figures["kind"]) == ["full attention", "Mamba state"]
+    assert (figures["block_hits"] > 0).all() and (figures["evicted"] > 0).all()
+    app = go_to(start(run), "views/kv_groups.py")
+    assert list(app.dataframe[0].value["attention"]) == ["full attention", "Mamba state"]
+
+
+def test_a_block_cached_at_a_prompt_boundary_is_a_store_and_its_old_key_an_evict() -> None:
+    """vLLM's `cache_partial_block` (a Mamba group's prompt-boundary state) keys one block
+    outside `cache_full_blocks`, replacing a shorter prefix's key if the block had one."""
+    from collector.replay.block_manager import CacheSettings, make_block_hasher, make_request
+
+    manager = _full_and_mamba_manager(kv_events=True)
+    hooks, buffer = make_hooks(manager)
+    hooks.attach()
+    request = make_request("r", list(range(50)), make_block_hasher(CacheSettings(BLOCK_SIZE)))
+    pool = manager.block_pool
+    (block,) = pool.get_new_blocks(1)
+    pool.cache_partial_block(request, block, 32, 1, BLOCK_SIZE)  # a new key
+    pool.cache_partial_block(request, block, 32, 1, BLOCK_SIZE)  # the same: nothing to record
+    pool.cache_partial_block(request, block, 48, 1, BLOCK_SIZE)  # a longer prefix's key
+    hooks.detach()
+    records = CacheMirrors(32).complete(buffer.take())
+    events = manager.take_events()
+
+    stores = [
+        (r.first_position, r.kv_group, _ints(unpack_hashes(r)))
+        for r in records
+        if isinstance(r, Store)
+    ]
+    assert stores == [
+        (position, 1, [event.block_hashes[0]])
+        for position, event in zip(
+            (1, 2), [e for e in events if type(e).__name__ == "BlockStored"], strict=True
+        )
+    ]
+    (evict,) = [record for record in records if isinstance(record, Evict)]
+    (removed,) = [event for event in events if type(event).__name__ == "BlockRemoved"]
+    assert unpack_counts(evict.block_ids) == [block.block_id]
+    assert _ints(unpack_hashes(evict)) == removed.block_hashes
+    assert unpack_counts(evict.kv_groups or b"") == [1]
+
+
+def _full_and_mamba_manager(kv_events: bool = False, **mamba_options: int) -> Any:
+    """A `KVCacheManager` of a full-attention group and a Mamba group, as vLLM's tests build
+    one (16-token blocks, 32 of them)."""
+    import torch
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+    )
+
+    full = FullAttentionSpec(
+        block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float16
+    )
+    mamba = MambaSpec(
+        block_size=BLOCK_SIZE,
+        shapes=((1,),),
+        dtypes=(torch.float16,),
+        mamba_cache_mode="align",
+        **mamba_options,  # type: ignore[arg-type]
+    )
+    config = KVCacheConfig(
+        num_blocks=32,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["l0"], full), KVCacheGroupSpec(["l1"], mamba)],
+    )
+    return KVCacheManager(
+        config,
+        max_model_len=1024,
+        scheduler_block_size=BLOCK_SIZE,
+        hash_block_size=BLOCK_SIZE,
+        enable_kv_cache_events=kv_events,
+    )
+
+
+def _ints(hashes: list[bytes]) -> list[int]:
+    return [int.from_bytes(block_hash, "big") for block_hash in hashes]
+
+
+@pytest.mark.parametrize(
+    ("option", "reason"),
+    [
+        ("num_prefill_checkpoint_blocks", "prefill checkpoint blocks"),
+        ("num_speculative_blocks", "speculative blocks"),
+    ],
+)
+def test_mamba_blocks_vllm_rekeys_on_its_own_are_refused(option: str, reason: str) -> None:
+    """vLLM re-keys and drops prefill checkpoint blocks, and moves speculative ones, inside
+    the Mamba manager: kvscope says so rather than record a stream that is wrong."""
+    manager = _full_and_mamba_manager(**{option: 1})
+    with pytest.raises(UnsupportedCacheLayout, match=rf"group 1 \(MambaSpec\): .*{reason}"):
+        make_hooks(manager)
+    assert manager.allocate_slots.__self__ is manager, "nothing was attached"
