@@ -44,11 +44,15 @@ def make_scheduler(
     max_num_seqs: int,
     *,
     mamba: bool = False,
+    mamba_checkpoints: bool = False,
     kv_events: bool = False,
+    max_num_batched_tokens: int = 4096,
 ) -> Any:
     """vLLM's own Scheduler for a tiny Llama config: one full-attention KV cache group, and
     with `mamba` a Mamba group beside it cached as vLLM caches one ("align" mode, block-aligned
-    prefill chunks), as in a Qwen3-Next-like hybrid; `kv_events` turns on vLLM's KV events."""
+    prefill chunks), as in a Qwen3-Next-like hybrid; with `mamba_checkpoints` its states are
+    exported inside a chunk instead, as vLLM's Mamba 2 layers do (a prefill checkpoint block);
+    `kv_events` turns on vLLM's KV events."""
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.config.kv_events import KVEventsConfig
@@ -68,7 +72,7 @@ def make_scheduler(
     )
     scheduler_config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=4096,
+        max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=8192,
         is_encoder_decoder=False,
     )
@@ -95,6 +99,8 @@ def make_scheduler(
             shapes=((4, 16),),
             dtypes=(torch.float16,),
             mamba_cache_mode="align",
+            num_prefill_checkpoint_blocks=int(mamba_checkpoints),
+            prefill_checkpoint_alignment=1 if mamba_checkpoints else None,
         )
         groups.append(KVCacheGroupSpec(["model.layers.1.linear_attn"], state))
     kv_cache_config = KVCacheConfig(
