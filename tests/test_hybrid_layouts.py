@@ -21,8 +21,9 @@ from collector.replay.simulator import Simulator, StepModel, VirtualClock
 from collector.replay.traces import read_trace
 from collector.store.cache_mirror import CacheMirrors
 from collector.store.run_file import RunFile
-from engine_hooks.events import Evict, Free, Hit, Pool, Store, unpack_counts, unpack_hashes
+from engine_hooks.events import Evict, Free, Hit, Pool, Store, unpack_counts
 from tests.support.block_manager import make_hooks
+from tests.support.kv_witness import evicted_blocks, stored_blocks, vllm_blocks
 from tests.support.repo import SAMPLE_TRACE
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -104,34 +105,8 @@ def test_records_say_what_vllm_stored_and_removed_group_by_group(
     events, _, records, *_ = drive(layout, num_blocks, hooks_on=True)
     completed = CacheMirrors(num_blocks).complete(records)
 
-    stored = [
-        (event.group_idx, event.block_hashes)  # vLLM's 64-bit form of a hash: an int
-        for event in events
-        if type(event).__name__ == "BlockStored"
-    ]
-    ours_stored = [
-        (record.kv_group, _ints(unpack_hashes(record)))
-        for record in completed
-        if isinstance(record, Store)
-    ]
-    # vLLM publishes one BlockStored per call; the hooks split a call's stored blocks into
-    # runs of positions (a mask can skip some): joined per call, they are the same blocks.
-    assert _joined(ours_stored) == _joined(stored)
-    removed = [
-        (event.group_idx, block_hash)
-        for event in events
-        if type(event).__name__ == "BlockRemoved"
-        for block_hash in event.block_hashes
-    ]
-    ours_removed = [
-        (group, block_hash)
-        for record in completed
-        if isinstance(record, Evict)
-        for group, block_hash in zip(
-            unpack_counts(record.kv_groups or b""), _ints(unpack_hashes(record)), strict=True
-        )
-    ]
-    assert ours_removed == removed
+    assert stored_blocks(completed) == vllm_blocks(events, "BlockStored")
+    assert evicted_blocks(completed) == vllm_blocks(events, "BlockRemoved")
     assert not any(type(record).__name__ == "Collision" for record in records)
 
 
@@ -143,14 +118,6 @@ def test_pool_records_count_the_blocks_each_group_holds(layout: str, num_blocks:
     assert [pool.num_in_use_by_group for pool in pools] == driven.in_use_by_group
     assert all(sum(pool.num_in_use_by_group or ()) == pool.num_in_use for pool in pools)
     assert max(pool.num_in_use for pool in pools) > num_blocks // 2
-
-
-def _ints(hashes: list[bytes]) -> list[int]:
-    return [int.from_bytes(block_hash, "big") for block_hash in hashes]
-
-
-def _joined(stores: list[tuple[int, list[int]]]) -> list[tuple[int, int]]:
-    return [(group, block_hash) for group, hashes in stores for block_hash in hashes]
 
 
 def serve(manager: Any, request: Any) -> None:

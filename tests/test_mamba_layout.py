@@ -20,6 +20,7 @@ from engine_hooks.events import Evict, Hit, Store, unpack_counts, unpack_hashes
 from tests.support.app import go_to, start
 from tests.support.block_manager import make_hooks
 from tests.support.engine import collector_process, drive, make_scheduler, workload
+from tests.support.kv_witness import evicted_blocks, ints, stored_blocks, vllm_blocks
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -126,35 +127,10 @@ def test_records_say_what_vllm_stored_and_removed_in_each_group(
     driven = run(tmp_path, hooks_on=True, checkpoints=checkpoints, budget=budget)
     completed = CacheMirrors(NUM_BLOCKS).complete(driven.records)
 
-    stored = [
-        (event.group_idx, block_hash)  # vLLM's 64-bit form of a hash: an int
-        for event in driven.events
-        if type(event).__name__ == "BlockStored"
-        for block_hash in event.block_hashes
-    ]
-    ours_stored = [
-        (record.kv_group, block_hash)
-        for record in completed
-        if isinstance(record, Store)
-        for block_hash in _ints(unpack_hashes(record))
-    ]
-    assert ours_stored == stored
+    stored = vllm_blocks(driven.events, "BlockStored")
+    assert stored_blocks(completed) == stored
     assert {group for group, _ in stored} == {0, 1}
-    removed = [
-        (event.group_idx, block_hash)
-        for event in driven.events
-        if type(event).__name__ == "BlockRemoved"
-        for block_hash in event.block_hashes
-    ]
-    ours_removed = [
-        (group, block_hash)
-        for record in completed
-        if isinstance(record, Evict)
-        for group, block_hash in zip(
-            unpack_counts(record.kv_groups or b""), _ints(unpack_hashes(record)), strict=True
-        )
-    ]
-    assert ours_removed == removed
+    assert evicted_blocks(completed) == vllm_blocks(driven.events, "BlockRemoved")
     assert not any(type(record).__name__ == "Collision" for record in driven.records)
 
 
@@ -226,7 +202,7 @@ def test_a_block_cached_at_a_prompt_boundary_is_a_store_and_its_old_key_an_evict
     events = manager.take_events()
 
     stores = [
-        (r.first_position, r.kv_group, _ints(unpack_hashes(r)))
+        (r.first_position, r.kv_group, ints(unpack_hashes(r)))
         for r in records
         if isinstance(r, Store)
     ]
@@ -239,7 +215,7 @@ def test_a_block_cached_at_a_prompt_boundary_is_a_store_and_its_old_key_an_evict
     (evict,) = [record for record in records if isinstance(record, Evict)]
     (removed,) = [event for event in events if type(event).__name__ == "BlockRemoved"]
     assert unpack_counts(evict.block_ids) == [block.block_id]
-    assert _ints(unpack_hashes(evict)) == removed.block_hashes
+    assert ints(unpack_hashes(evict)) == removed.block_hashes
     assert unpack_counts(evict.kv_groups or b"") == [1]
 
 
@@ -277,10 +253,6 @@ def _full_and_mamba_manager(kv_events: bool = False, **mamba_options: int) -> An
         hash_block_size=BLOCK_SIZE,
         enable_kv_cache_events=kv_events,
     )
-
-
-def _ints(hashes: list[bytes]) -> list[int]:
-    return [int.from_bytes(block_hash, "big") for block_hash in hashes]
 
 
 def test_speculative_mamba_blocks_are_refused() -> None:
