@@ -54,7 +54,7 @@ def test_each_groups_figures_are_its_own_rows() -> None:
 def test_the_page_shows_both_groups_and_the_blocks_each_held() -> None:
     app = go_to(start(SAMPLE_HYBRID_RUN), PAGE)
     shown = metrics(app)
-    assert shown["Groups"] == "2"
+    assert len(shown) == 4  # each value short enough to show whole
     assert shown["Holds the most blocks"] == "group 0"
     table = app.dataframe[0].value
     assert list(table["attention"]) == ["full attention", "sliding window of 128 tokens"]

@@ -51,11 +51,10 @@ def render() -> None:
     cut_share = cut["tokens"] / (cut["tokens"] + cut["hit_tokens"]) if cut["tokens"] else 0.0
     metric_row(
         {
-            "Groups": f"{len(groups)}",
             "Holds the most blocks": f"group {busiest}",
             "Block hits in full attention": f"{full_hits / total_hits:.0%}" if total_hits else "-",
             "Hits cut short by a group": f"{cut['requests']:,}",
-            "Tokens they lost": f"{cut['tokens']:,} ({cut_share:.1%})",
+            "Tokens they lost": f"{cut['tokens']:,} ({cut_share:.0%})",
         },
         {
             "Holds the most blocks": "The group whose blocks in use peaked highest: the one "
