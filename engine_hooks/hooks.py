@@ -7,9 +7,13 @@ original first and then record what happened; vLLM's files and classes are untou
 The hooks keep no per-block state of their own: each record says what vLLM just did to a
 list of blocks, in the order it did it. Every place that sets or clears a block's hash in a
 pool of the layouts kvscope mirrors (layout.py) goes through a hooked method:
-  set:    `cache_full_blocks` (a `Store`)
+  set:    `cache_full_blocks` (a `Store`), `cache_partial_block` (a one-block `Store`, after
+          an `Evict` of the key it replaces: a Mamba group's state block)
   clear:  `get_new_blocks` (an `Allocate`: a cached block handed out again loses its hash),
           `evict_blocks` (an `Evict`), `reset_prefix_cache` (a `Reset`).
+One exception, in Mamba groups: vLLM drops a transient prefill checkpoint with
+`_maybe_evict_cached_block` (not hooked: `get_new_blocks` calls it for every block); it has
+only been seen to do so on blocks not yet keyed (layout.py, `_mamba_refusal`).
 So the stream alone says which blocks are cached, and which are free; the collector derives
 from it the evictions on reuse and the cached-free counts (`collector/store/cache_mirror.py`).
 
