@@ -13,7 +13,7 @@ pool of the layouts kvscope mirrors (layout.py) goes through a hooked method:
           `evict_blocks` (an `Evict`), `reset_prefix_cache` (a `Reset`).
 One exception, in Mamba groups: vLLM drops a transient prefill checkpoint with
 `_maybe_evict_cached_block` (not hooked: `get_new_blocks` calls it for every block); it has
-only been seen to do so on blocks not yet keyed (layout.py, `_mamba_refusal`).
+only been seen to do so on blocks not yet keyed (layout.py, `check_layout`).
 So the stream alone says which blocks are cached, and which are free; the collector derives
 from it the evictions on reuse and the cached-free counts (`collector/store/cache_mirror.py`).
 

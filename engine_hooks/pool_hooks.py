@@ -255,23 +255,16 @@ class PoolHooks:
         block's key is its position's hash: a one-block `Store`, after an `Evict` of the
         key it replaced, if any (layout.py refuses the layouts with partial-block keys)."""
 
-        def cache_partial_block(  # noqa: PLR0917 - vLLM's own signature
+        def cache_partial_block(
             request: Request,
             block: KVCacheBlock,
             num_tokens: int,
             kv_cache_group_id: int,
-            block_size: int,
-            replace_existing_hashes: bool = False,
+            *args: Any,
+            **kwargs: Any,
         ) -> Any:
             before = block.block_hash
-            key = original(
-                request=request,
-                block=block,
-                num_tokens=num_tokens,
-                kv_cache_group_id=kv_cache_group_id,
-                block_size=block_size,
-                replace_existing_hashes=replace_existing_hashes,
-            )
+            key = original(request, block, num_tokens, kv_cache_group_id, *args, **kwargs)
             after = block.block_hash
             if after == before or after is None:
                 return key

@@ -49,6 +49,7 @@ def make_kv_cache_manager(
     `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
     """
     import torch
+    from vllm.config import CacheConfig
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
@@ -82,7 +83,9 @@ def make_kv_cache_manager(
         num_blocks=settings.num_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=groups,
-        prefix_cache_retention_interval=0,
+        # As vLLM's engine plans it, with its default: window and Mamba groups keep states
+        # only where a later request can resume.
+        prefix_cache_retention_interval=CacheConfig().prefix_cache_retention_interval,
     )
     return KVCacheManager(
         config,
