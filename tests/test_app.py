@@ -83,6 +83,15 @@ def test_overview_figures_match_the_summary() -> None:
     assert shown["Evictions"] == f"{summary['evictions']:,}"
     assert shown["Collisions"] == "0"
     assert shown["Dropped events"] == "0"
+    # Pool pressure up front: the sample's pool runs empty, with 5 preemptions.
+    usable = summary["num_blocks"] - 1
+    assert summary["min_free_blocks"] == 0
+    assert shown["Fewest free blocks"] == f"0 of {usable:,} (0.0%)"
+    assert shown["Time under 10 % free"] == (
+        f"{summary['low_free_s']:,.1f} s ({summary['low_free_time_share']:.0%})"
+    )
+    assert summary["low_free_s"] > 0
+    assert shown["Preemptions"] == f"{summary['preemptions']:,}" == "5"
 
 
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:

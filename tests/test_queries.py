@@ -78,6 +78,8 @@ def test_free_block_extremes(run_file: RunFile) -> None:
         "min_free_blocks": 2,
         "usable_blocks": 4,
         "low_free_step_share": 0.0,
+        "low_free_s": 0.0,
+        "low_free_time_share": 0.0,
     }
 
 
@@ -128,10 +130,36 @@ def test_free_block_queries_in_a_window(tmp_path: Path) -> None:
         {"t_s": 0.01, "free_uncached": 2, "cached_free": 0, "in_use": 3, "free": 2}
     ]
     assert low.to_dict("records") == [{"start_s": 0.01, "end_s": 0.01, "steps": 1}]
-    assert extremes == {"min_free_blocks": 2, "usable_blocks": 5, "low_free_step_share": 0.5}
+    assert extremes == {
+        "min_free_blocks": 2,
+        "usable_blocks": 5,
+        "low_free_step_share": 0.5,
+        "low_free_s": 0.0,  # both steps at 10 ms: the low one held for no time
+        "low_free_time_share": 0.0,
+    }
     assert evictions.empty
     # 27.5-30.05 ms in 400 buckets of 6,374 ns: the eviction at 30 ms is in the one that
     # starts 392 buckets in.
     assert late_evictions.to_dict("records") == [
         {"t_s": (27_500_000 + 392 * 6_374) / 1e9, "count": 1}
     ]
+
+
+def test_time_under_the_alarm_is_the_low_stretches_held(tmp_path: Path) -> None:
+    # A request a second; each decodes 4 tokens one step at a time, holding three of the
+    # four usable blocks (under 60 % free) from its prefill to its last step.
+    rows = [
+        {**row, "timestamp": 1000 * index, "output_length": 4} for index, row in enumerate(ROWS)
+    ]
+    run = tiny_run(tmp_path, rows, timing="timestamps", max_num_seqs=1)
+    with RunFile.open(run) as run_file:
+        extremes = free_block_extremes(run_file, 0.6)
+        periods = low_free_periods(run_file, 0.6)
+        span_s = run_file.row("SELECT (max(ts_ns) - min(ts_ns)) / 1e9 FROM pool")[0]
+    # Four stretches of 40.2 ms (the step model's prefill and three decode steps), one a
+    # second, in the 3.0402 s from the first pool step to the last.
+    assert periods["start_s"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert (periods["end_s"] - periods["start_s"]).tolist() == pytest.approx([0.0402] * 4)
+    assert span_s == pytest.approx(3.0402)
+    assert extremes["low_free_s"] == pytest.approx(4 * 0.0402)
+    assert extremes["low_free_time_share"] == pytest.approx(4 * 0.0402 / 3.0402)

@@ -15,7 +15,6 @@ from collector.model.kv_memory import gib_for_blocks
 from collector.queries import pool
 from collector.queries.timeline import time_span_ns
 
-ALARM_FRACTION = 0.10
 LONG_SHARE = 0.05  # of the run's time under the alarm line, in all
 LONG_STRETCH_S = 30.0  # or one stretch this long
 REGRET_SHARE = 0.20  # of evictions stored again later
@@ -24,7 +23,7 @@ MIN_REGRETS = 20
 
 def low_free_blocks(context: RunContext) -> list[Suggestion]:
     """Fire when the pool ran under 10 % free for a long share of the run or a long stretch."""
-    periods = pool.low_free_periods(context.run, ALARM_FRACTION)
+    periods = pool.low_free_periods(context.run)
     if periods.empty:
         return []
     start_ns, end_ns = time_span_ns(context.run)
@@ -33,7 +32,7 @@ def low_free_blocks(context: RunContext) -> list[Suggestion]:
     total_s, longest_s = float(durations.sum()), float(durations.max())
     if total_s / span_s < LONG_SHARE and longest_s < LONG_STRETCH_S:
         return []
-    extremes = pool.free_block_extremes(context.run, ALARM_FRACTION)
+    extremes = pool.free_block_extremes(context.run)
     longest = periods.iloc[int(durations.to_numpy().argmax())]
     seqs = context.config["max_num_seqs"]
     target = max(recommend_size(context).num_blocks, context.num_blocks * 3 // 2)
@@ -45,8 +44,8 @@ def low_free_blocks(context: RunContext) -> list[Suggestion]:
             severity="high" if context.summary["preemptions"] else "medium",
             evidence=[
                 f"{total_s:.1f} s of {span_s:.1f} s ({total_s / span_s:.0%}) under "
-                f"{ALARM_FRACTION:.0%} free, in {len(periods)} stretches; the longest lasted "
-                f"{longest_s:.1f} s (from {longest['start_s']:.1f} s)",
+                f"{pool.LOW_FREE_FRACTION:.0%} free, in {len(periods)} stretches; the longest "
+                f"lasted {longest_s:.1f} s (from {longest['start_s']:.1f} s)",
                 f"fewest free blocks: {extremes['min_free_blocks']:,} of "
                 f"{extremes['usable_blocks']:,}; {context.summary['preemptions']:,} preemptions, "
                 f"{context.summary['evictions']:,} evictions in the run",

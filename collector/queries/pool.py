@@ -11,6 +11,8 @@ from collector.model.time_window import TimeWindow
 from collector.queries.timeline import timeline_span
 from collector.store.run_file import RunFile
 
+LOW_FREE_FRACTION = 0.10  # the pool's alarm line: under 10 % of it free
+
 
 class RegretSummary(TypedDict):
     """Evictions, how many of the evicted blocks were stored again, and that share."""
@@ -21,11 +23,16 @@ class RegretSummary(TypedDict):
 
 
 class FreeBlockExtremes(TypedDict):
-    """The fewest free blocks, the usable pool, and the share of pool steps under the alarm."""
+    """The fewest free blocks, the usable pool, and how much of the run it spent under the
+    alarm: a share of its pool steps, and seconds (each step's state holds until the next
+    step: the stretches of `low_free_periods`, summed) with their share of the time the
+    steps cover."""
 
     min_free_blocks: int
     usable_blocks: int
     low_free_step_share: float
+    low_free_s: float
+    low_free_time_share: float
 
 
 def pool_timeline(
@@ -57,7 +64,7 @@ def pool_timeline(
 
 def low_free_periods(
     run: RunFile,
-    threshold: float = 0.10,
+    threshold: float = LOW_FREE_FRACTION,
     window: TimeWindow | None = None,
 ) -> pd.DataFrame:
     """Stretches when free blocks (cached-but-free included) were under `threshold` of the
@@ -138,27 +145,42 @@ def eviction_regret_summary(run: RunFile, within_s: float | None = None) -> Regr
 
 def free_block_extremes(
     run: RunFile,
-    threshold: float = 0.10,
+    threshold: float = LOW_FREE_FRACTION,
     window: TimeWindow | None = None,
 ) -> FreeBlockExtremes:
-    """The fewest free blocks seen, the pool's usable size, and the share of steps spent
+    """The fewest free blocks seen, the pool's usable size, and the steps and the time spent
     under `threshold` of the pool free (in `window`, if given)."""
     covered = timeline_span(run, window, 1)
     row = run.row(
         """
-        SELECT min(num_free), max(num_free + num_in_use),
-            avg(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 1 ELSE 0 END)
-        FROM pool
-        WHERE ts_ns >= $start AND ts_ns < $end
+        WITH steps AS (
+            SELECT num_free, num_free + num_in_use AS usable,
+                num_free < $threshold * (num_free + num_in_use) AS low,
+                coalesce(lead(ts_ns) OVER (ORDER BY seq), ts_ns) - ts_ns AS held_ns
+            FROM pool
+            WHERE ts_ns >= $start AND ts_ns < $end
+        )
+        SELECT min(num_free), max(usable), avg(low::INTEGER),
+            coalesce(sum(held_ns) FILTER (WHERE low), 0), sum(held_ns)
+        FROM steps
         """,
         {"start": covered["start"], "end": covered["end"], "threshold": threshold},
     )
     if row is None or row[0] is None:
-        return {"min_free_blocks": 0, "usable_blocks": 0, "low_free_step_share": 0.0}
+        return {
+            "min_free_blocks": 0,
+            "usable_blocks": 0,
+            "low_free_step_share": 0.0,
+            "low_free_s": 0.0,
+            "low_free_time_share": 0.0,
+        }
+    low_ns, held_ns = int(row[3]), int(row[4])
     return {
         "min_free_blocks": int(row[0]),
         "usable_blocks": int(row[1]),
         "low_free_step_share": float(row[2]),
+        "low_free_s": low_ns / 1e9,
+        "low_free_time_share": low_ns / held_ns if held_ns else 0.0,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from collector.queries.pool import free_block_extremes
 from collector.store.run_file import RunFile
 
 _SUMMARY_SQL = """
@@ -64,9 +65,13 @@ class HeadlineFigures(TypedDict):
 
 
 class RunSummary(HeadlineFigures):
-    """The headline figures of a run and its cache settings (what `kvscope summary --json`
-    prints)."""
+    """The headline figures of a run, its pool pressure and its cache settings (what
+    `kvscope summary --json` prints)."""
 
+    min_free_blocks: int
+    min_free_share: float
+    low_free_s: float
+    low_free_time_share: float
     block_size: int
     num_blocks: int
     hash_algo: str
@@ -85,9 +90,14 @@ def run_summary(run: RunFile) -> RunSummary:
     token_hit_ratio is vLLM's PrefixCacheStats ratio: hit tokens / looked-up tokens over
     requests admitted for the first time. block_hit_ratio is hit blocks / prompt blocks, a
     prompt having ceil(tokens / block size) blocks (the partial last block counts).
+    Pool pressure: the fewest free blocks (and their share of the usable pool), and the
+    time spent under 10 % of it free (`pool.LOW_FREE_FRACTION`) (and its share of the time the pool
+    steps cover).
     """
     figures = run.record(_SUMMARY_SQL)
     assert figures is not None
+    pool = free_block_extremes(run)
+    usable = pool["usable_blocks"]
     prompt_tokens = figures["prompt_tokens"]
     prompt_blocks = figures["prompt_blocks"]
     return {
@@ -106,6 +116,10 @@ def run_summary(run: RunFile) -> RunSummary:
         "resets": figures["resets"],
         "collisions": figures["collisions"],
         "dropped_events": figures["dropped_events"],
+        "min_free_blocks": pool["min_free_blocks"],
+        "min_free_share": pool["min_free_blocks"] / usable if usable else 0.0,
+        "low_free_s": pool["low_free_s"],
+        "low_free_time_share": pool["low_free_time_share"],
         "block_size": figures["block_size"],
         "num_blocks": figures["num_blocks"],
         "hash_algo": figures["hash_algo"],

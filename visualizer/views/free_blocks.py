@@ -7,14 +7,18 @@ import streamlit as st
 
 from collector.queries import activity
 from collector.queries.config import run_config
-from collector.queries.pool import free_block_extremes, low_free_periods, pool_timeline
+from collector.queries.pool import (
+    LOW_FREE_FRACTION,
+    free_block_extremes,
+    low_free_periods,
+    pool_timeline,
+)
 from visualizer.charts.free_blocks import free_blocks_figure
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
 
-ALARM_FRACTION = 0.10
 MARKER_POINTS = 400
 
 
@@ -23,7 +27,7 @@ def render() -> None:
     config = run_config(run)
     num_usable = int(config["num_blocks"]) - 1
     timeline = pool_timeline(run, window=window)
-    low_periods = low_free_periods(run, ALARM_FRACTION, window)
+    low_periods = low_free_periods(run, window=window)
     points = activity.figures_over_time(run, window, max_points=MARKER_POINTS)
     st.title("Free-block timeline")
     st.caption(f"Showing {window_caption(window, run)}.")
@@ -36,7 +40,7 @@ def render() -> None:
         preemptions=_marks(points, "preemptions"),
         low_periods=low_periods,
         num_usable_blocks=num_usable,
-        alarm_fraction=ALARM_FRACTION,
+        alarm_fraction=LOW_FREE_FRACTION,
     )
     show_chart(figure, timeline, key="free_blocks_timeline")
     st.caption(
@@ -44,13 +48,12 @@ def render() -> None:
         "free with no cached content. The dashed line is 10 % free; shaded stretches are "
         "under it. Triangles mark evictions, crosses preemptions."
     )
-    extremes = free_block_extremes(run, ALARM_FRACTION, window)
-    time_low = float((low_periods["end_s"] - low_periods["start_s"]).sum())
+    extremes = free_block_extremes(run, window=window)
     metric_row(
         {
             "Fewest free blocks": f"{extremes['min_free_blocks']:,} of {num_usable:,}",
             "Stretches under 10 % free": f"{len(low_periods):,}",
-            "Time under 10 % free": f"{time_low:.1f} s",
+            "Time under 10 % free": f"{extremes['low_free_s']:.1f} s",
             "Steps under 10 % free": f"{extremes['low_free_step_share']:.1%}",
         }
     )

@@ -1,5 +1,6 @@
-"""Overview: the run's hit rates, tokens saved, requests, evictions, collisions and dropped
-events, its configuration, and the same figures over time."""
+"""Overview: the run's hit rates, tokens saved, requests, pool pressure (the fewest free
+blocks, the time under 10 % free, preemptions), evictions, collisions and dropped events,
+its configuration, and the same figures over time."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import streamlit as st
 from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.config import RunRow, describe_source, run_config
+from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -29,7 +31,7 @@ def render() -> None:
         f"{config['hash_algo']}, vLLM {config['vllm_version']}. "
         f"Showing {window_caption(window, run)}."
     )
-    _metrics(figures)
+    _metrics(figures, free_block_extremes(run, window=window))
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")
@@ -53,7 +55,7 @@ def render() -> None:
         st.dataframe(rows, hide_index=True, height=35 * (len(rows) + 1) + 3, key="overview_config")
 
 
-def _metrics(figures: WindowFigures) -> None:
+def _metrics(figures: WindowFigures, pool: FreeBlockExtremes) -> None:
     metric_row(
         {
             "Hit ratio (tokens)": f"{figures['token_hit_ratio']:.1%}",
@@ -63,10 +65,31 @@ def _metrics(figures: WindowFigures) -> None:
         },
         {"Tokens saved": "prompt tokens served from the prefix cache instead of recomputed"},
     )
+    usable = pool["usable_blocks"]
+    low = f"Time under {LOW_FREE_FRACTION * 100:.0f} % free"
+    metric_row(
+        {
+            "Fewest free blocks": (
+                f"{pool['min_free_blocks']:,} of {usable:,}"
+                f" ({pool['min_free_blocks'] / usable:.1%})"
+                if usable
+                else "no pool steps"
+            ),
+            low: f"{pool['low_free_s']:,.1f} s ({pool['low_free_time_share']:.0%})",
+            "Preemptions": f"{figures['preemptions']:,}",
+        },
+        {
+            "Fewest free blocks": (
+                "free blocks (cached-but-free included) at the pool's fullest step: at 0 the "
+                "next request waits or preempts another"
+            ),
+            low: "of the time the pool steps cover",
+            "Preemptions": "requests whose blocks vLLM freed to make room, their prefill redone",
+        },
+    )
     metric_row(
         {
             "Evictions": f"{figures['evictions']:,}",
-            "Preemptions": f"{figures['preemptions']:,}",
             "Collisions": f"{figures['collisions']:,}",
             "Dropped events": f"{figures['dropped_events']:,}",
         },
