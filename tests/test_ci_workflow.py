@@ -50,6 +50,6 @@ def test_the_workflow_commands_run(
     for command in kvscope_commands(yaml.safe_load(WORKFLOW.read_text())):
         assert main(command) == 0, capsys.readouterr().err
     markdown = (tmp_path / "kvscope-report" / "report.md").read_text()
-    assert markdown.startswith(f"{MARKER}\n### ✅ kvscope: prefix caching holds (10 checks passed)")
+    assert markdown.startswith(f"{MARKER}\n### ✅ kvscope: prefix caching holds (12 checks passed)")
     assert "`tenant_hit_ratio[support]`" in markdown
     assert (tmp_path / "kvscope-report" / "junit.xml").is_file()

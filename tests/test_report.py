@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 from xml.etree import ElementTree
@@ -11,6 +12,7 @@ import pytest
 
 from collector.cli import main
 from collector.report.markdown import MARKER
+from tests.support.block_manager import tiny_run
 from tests.support.repo import REPO, SAMPLE_TRACE
 
 # The sample trace's first 200 requests, replayed as the sample run is (sample_data/regenerate.sh).
@@ -19,7 +21,8 @@ REPLAY = [
     "--limit", "200", "--reveal-tenants",
 ]  # fmt: skip
 # A cache a quarter the size must hurt every hit ratio and raise evictions and their regret;
-# the pool runs empty in both runs, and neither has collisions or lost events.
+# the pool runs empty in both runs (so running empty is no regression), neither preempts
+# more per request, and neither has collisions or lost events.
 SMALL_CACHE_REGRESSIONS = [
     "token_hit_ratio",
     "block_hit_ratio",
@@ -70,12 +73,18 @@ def test_a_much_smaller_cache_regresses_exactly_the_cache_checks(
     assert figures["verdict"] == "regression"
     assert figures["regressed"] == SMALL_CACHE_REGRESSIONS
     passed = [check["name"] for check in figures["checks"] if check["status"] == "pass"]
-    assert passed == ["min_free_blocks", "collisions", "dropped_events"]
+    assert passed == [
+        "min_free_blocks",
+        "pool_not_empty",
+        "preemptions_per_request",
+        "collisions",
+        "dropped_events",
+    ]
     assert failed_junit_cases(tmp_path / "junit.xml") == SMALL_CACHE_REGRESSIONS
     markdown = (tmp_path / "report.md").read_text()
     names = ", ".join(f"`{name}`" for name in SMALL_CACHE_REGRESSIONS)
     assert f"Regressed: {names}\n" in markdown
-    assert "(9 of 12 checks failed)" in markdown
+    assert "(9 of 14 checks failed)" in markdown
     assert "num_blocks differs: 1200 in the baseline, 300 in the candidate." in markdown
 
 
@@ -110,7 +119,7 @@ def test_a_run_against_itself_passes(
     assert {check["status"] for check in figures["checks"]} == {"pass"}
     assert failed_junit_cases(tmp_path / "junit.xml") == []
     markdown = (tmp_path / "report.md").read_text()
-    assert markdown.startswith(f"{MARKER}\n### ✅ kvscope: prefix caching holds (12 checks passed)")
+    assert markdown.startswith(f"{MARKER}\n### ✅ kvscope: prefix caching holds (14 checks passed)")
     assert "Notes:" not in markdown
 
 
@@ -174,3 +183,35 @@ def test_a_timestamp_at_the_start_of_the_system_prompt_regresses(
         "baseline.duckdb",
         "candidate.duckdb",
     ]
+
+
+def test_an_emptied_pool_and_new_preemptions_fail_the_report(tmp_path: Path) -> None:
+    """Twelve long-decoding requests at once, on a roomy pool and on one they fill: the
+    tight one runs out of free blocks and preempts, which the roomy one never did."""
+    generator = random.Random(7)
+    rows = [
+        {
+            "request_id": f"r{index}",
+            "timestamp": 0,
+            "token_ids": [generator.randrange(1_000, 30_000) for _ in range(12)],
+            "output_length": 60,
+        }
+        for index in range(12)
+    ]
+    runs = {}
+    for name, num_blocks in (("roomy", 400), ("tight", 40)):
+        (tmp_path / name).mkdir()
+        runs[name] = tiny_run(
+            tmp_path / name, rows, num_blocks=num_blocks, timing="timestamps", max_num_seqs=8
+        )
+    assert report(tmp_path / "out", runs["roomy"], runs["tight"]) == 1
+    figures = json.loads((tmp_path / "out" / "figures.json").read_text())
+    checks = {check["name"]: check for check in figures["checks"]}
+    assert (checks["pool_not_empty"]["baseline"], checks["pool_not_empty"]["candidate"]) == (
+        figures["baseline"]["free_blocks"]["min_free_blocks"],
+        0,
+    )
+    assert checks["pool_not_empty"]["status"] == "fail"
+    assert figures["baseline"]["summary"]["preemptions"] == 0
+    assert figures["candidate"]["summary"]["preemptions"] > 0
+    assert checks["preemptions_per_request"]["status"] == "fail"

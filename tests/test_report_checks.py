@@ -113,6 +113,37 @@ def test_each_limit_is_exact(candidate: RunFigures, expected_failures: list[str]
     assert [name for name, status in verdicts.items() if status == "fail"] == expected_failures
 
 
+def test_an_emptied_pool_fails_unless_the_baseline_ran_empty_too() -> None:
+    # 2.5 % free at the worst moment, then none: 2.5 points is inside min_free_blocks' 5.
+    verdicts = statuses(run_figures(min_free_blocks=25), run_figures(min_free_blocks=0))
+    assert [name for name, status in verdicts.items() if status == "fail"] == ["pool_not_empty"]
+    assert statuses(run_figures(min_free_blocks=0), run_figures(min_free_blocks=0)) == {
+        name: "pass" for name in verdicts
+    }
+    allowed = dataclasses.replace(Thresholds().min_free_blocks, allow_empty=True)
+    verdicts = statuses(
+        run_figures(min_free_blocks=25), run_figures(min_free_blocks=0), min_free_blocks=allowed
+    )
+    assert verdicts["pool_not_empty"] == "skip"
+    assert "fail" not in verdicts.values()
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "fails"),
+    [
+        (0, 0, False),
+        (0, 1, True),  # a preemption the baseline lacked
+        # 0.10 per request: the limit is 0.10 * 1.1 = 0.11.
+        (10, 11, False),
+        (10, 12, True),
+    ],
+)
+def test_preemptions_per_request(baseline: int, candidate: int, fails: bool) -> None:
+    verdicts = statuses(run_figures(preemptions=baseline), run_figures(preemptions=candidate))
+    failures = [name for name, status in verdicts.items() if status == "fail"]
+    assert failures == (["preemptions_per_request"] if fails else [])
+
+
 def test_floors_fail_whatever_the_baseline_did(tmp_path: Path) -> None:
     path = tmp_path / "t.toml"
     path.write_text("[token_hit_ratio]\nmin = 0.6\n[min_free_blocks]\nmin = 0.2\n")
@@ -184,7 +215,7 @@ def test_markdown_and_junit_name_the_same_regressions() -> None:
     )
     comparison = compare(baseline, candidate, Thresholds(), "defaults")
     markdown = render_markdown(comparison)
-    assert "### ❌ kvscope: prefix caching regressed (3 of 9 checks failed)" in markdown
+    assert "### ❌ kvscope: prefix caching regressed (3 of 11 checks failed)" in markdown
     assert "Regressed: `token_hit_ratio`, `tokens_saved`, `tenant_hit_ratio[a\\|b]`" in markdown
     assert (
         "| ❌ | token hit ratio (`token_hit_ratio`) | 50.0 % | 30.0 % | -20.0 pts | ≥ 48.0 % |"
@@ -199,7 +230,7 @@ def test_markdown_and_junit_name_the_same_regressions() -> None:
     suite = root.find("testsuite")
     assert suite is not None
     assert (suite.attrib["tests"], suite.attrib["failures"], suite.attrib["skipped"]) == (
-        "9",
+        "11",
         "3",
         "0",
     )

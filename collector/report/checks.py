@@ -57,6 +57,8 @@ def run_checks(baseline: RunFigures, candidate: RunFigures, thresholds: Threshol
         _evictions_check(baseline, candidate, thresholds),
         _regret_check(baseline, candidate, thresholds),
         _free_blocks_check(baseline, candidate, thresholds),
+        _pool_empty_check(baseline, candidate, thresholds),
+        _preemptions_check(baseline, candidate, thresholds),
         _collisions_check(baseline, candidate),
         _dropped_events_check(baseline, candidate, thresholds),
         *_tenant_checks(baseline, candidate, thresholds),
@@ -163,6 +165,42 @@ def _free_blocks_check(
         candidate=candidate.min_free_share,
         limit=max(share - limit.max_drop, limit.min),
         bound="min",
+        enabled=limit.enabled,
+    )
+
+
+def _pool_empty_check(baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds) -> Check:
+    """A pool with no free block left (the next request waits, or preempts another) fails
+    the candidate, unless the baseline's ran empty too: then it is no regression."""
+    limit = thresholds.min_free_blocks
+    name, title = "pool_not_empty", "fewest free blocks (0: the pool ran empty)"
+    if not candidate.free_blocks["usable_blocks"]:
+        return Check(name, title, "count", SKIP, reason="the candidate recorded no pool state")
+    return _judge(
+        name,
+        title,
+        "count",
+        baseline=baseline.min_free_blocks,
+        candidate=candidate.min_free_blocks,
+        limit=1 if baseline.min_free_blocks else 0,
+        bound="min",
+        enabled=limit.enabled and not limit.allow_empty,
+    )
+
+
+def _preemptions_check(
+    baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds
+) -> Check:
+    limit = thresholds.preemptions_per_request
+    per_request = baseline.preemptions_per_request
+    return _judge(
+        "preemptions_per_request",
+        "preemptions per request",
+        "per_request",
+        baseline=per_request,
+        candidate=candidate.preemptions_per_request,
+        limit=per_request * (1 + limit.max_relative_increase) + limit.max_increase,
+        bound="max",
         enabled=limit.enabled,
     )
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -41,13 +41,24 @@ class RunFigures:
 
     @property
     def evictions_per_request(self) -> float:
+        return self._per_request("evictions")
+
+    @property
+    def preemptions_per_request(self) -> float:
+        return self._per_request("preemptions")
+
+    def _per_request(self, figure: Literal["evictions", "preemptions"]) -> float:
         requests = self.summary["requests"]
-        return float(self.summary["evictions"] / requests) if requests else 0.0
+        return float(self.summary[figure] / requests) if requests else 0.0
+
+    @property
+    def min_free_blocks(self) -> int:
+        return int(self.free_blocks["min_free_blocks"])
 
     @property
     def min_free_share(self) -> float:
         usable = self.free_blocks["usable_blocks"]
-        return float(self.free_blocks["min_free_blocks"] / usable) if usable else 0.0
+        return float(self.min_free_blocks / usable) if usable else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Every figure, as JSON-ready values."""
@@ -56,6 +67,7 @@ class RunFigures:
             "config": self.config,
             "summary": self.summary,
             "evictions_per_request": self.evictions_per_request,
+            "preemptions_per_request": self.preemptions_per_request,
             "eviction_regret": self.regret,
             "free_blocks": {**self.free_blocks, "min_free_share": self.min_free_share},
             "tenants": self.tenants,

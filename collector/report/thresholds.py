@@ -57,11 +57,23 @@ class RegretLimit:
 @dataclass(frozen=True)
 class FreeBlocksLimit:
     """The fewest free blocks, as a share of the pool: at most `max_drop` under the baseline's
-    share, and never under `min`."""
+    share, and never under `min`; and no step without a free block (the pool ran empty)
+    unless the baseline had one too, or `allow_empty`."""
 
     enabled: bool = True
     max_drop: float = 0.05
     min: float = 0.0
+    allow_empty: bool = False
+
+
+@dataclass(frozen=True)
+class PreemptionsLimit:
+    """Preemptions per request may rise by `max_relative_increase` plus `max_increase`: by
+    default a candidate with preemptions fails when the baseline had none."""
+
+    enabled: bool = True
+    max_relative_increase: float = 0.10
+    max_increase: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class Thresholds:
     evictions_per_request: EvictionsLimit = field(default_factory=EvictionsLimit)
     eviction_regret: RegretLimit = field(default_factory=RegretLimit)
     min_free_blocks: FreeBlocksLimit = field(default_factory=FreeBlocksLimit)
+    preemptions_per_request: PreemptionsLimit = field(default_factory=PreemptionsLimit)
     dropped_events: DroppedEventsLimit = field(default_factory=DroppedEventsLimit)
     tenant_hit_ratio: TenantLimit = field(default_factory=TenantLimit)
 
