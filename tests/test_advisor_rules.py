@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.advisor import RULES, RunContext, Suggestion, advise
+from collector.advisor.cache_size import recommend_size
 from collector.advisor.suggestion import SEVERITIES
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks.events import Arrive
@@ -110,6 +111,39 @@ def test_cache_size(tmp_path: Path) -> None:
     )
     no_reuse = run_of(tmp_path, "no_reuse", cyclic_rows(32, 1), num_blocks=6)
     assert judge(no_reuse, "cache-size")[0] == "silent"
+
+
+def replays(*points: tuple[int, float]) -> dict[str, Any]:
+    """A what-if sweep at block size 4 (as `kvscope whatif` writes it): pool sizes and the
+    token hit ratio each replay measured."""
+    results = [
+        {"block_size": 4, "num_blocks": blocks, "token_hit_ratio": ratio}
+        for blocks, ratio in points
+    ]
+    return {"results": results}
+
+
+def test_cache_size_never_takes_a_sweeps_largest_point_for_unlimited(tmp_path: Path) -> None:
+    thrashing = run_of(tmp_path, "thrashing", cyclic_rows(4, 8), num_blocks=7)
+    with RunFile.open(thrashing) as run_file:
+        curve_only = recommend_size(RunContext(run_file, thrashing))
+        # The sweep stops at 8 blocks, short of the 10 the curve needs, and still rising.
+        short = recommend_size(RunContext(run_file, thrashing, whatif=replays((7, 0.0), (8, 0.1))))
+        spanning = recommend_size(
+            RunContext(run_file, thrashing, whatif=replays((7, 0.0), (10, 0.6), (20, 0.6)))
+        )
+    # 4 prompts of 9 tokens, 8 rounds: 28 requests reuse their two full blocks (8 tokens).
+    unlimited = 28 * 8 / (32 * 9)
+    assert (curve_only.num_blocks, curve_only.top_ratio) == (10, unlimited)
+    assert (short.num_blocks, short.ratio, short.top_ratio) == (10, unlimited, unlimited)
+    assert short.source.startswith("one-pass curve")
+    assert short.short_sweep == (
+        "the what-if sweep stops at 8 blocks (10.0%), before the curve flattens: replay "
+        "10 blocks or more to check this recommendation through vLLM"
+    )
+    assert (spanning.num_blocks, spanning.ratio, spanning.top_ratio) == (10, 0.6, unlimited)
+    assert spanning.source == "what-if replays through vLLM (3 pool sizes)"
+    assert spanning.short_sweep == ""
 
 
 # -- block size ------------------------------------------------------------------------
@@ -382,4 +416,33 @@ def test_ranking_puts_severity_first_then_tokens_gained() -> None:
         "medium, big gain",
         "medium, small gain",
         "low, huge gain",
+    ]
+
+
+def test_suggestions_that_turn_the_same_flag_are_merged() -> None:
+    from collector.advisor.ranking import merge_same_flag
+
+    def suggestion(rule: str, action: str) -> Suggestion:
+        return Suggestion(rule, f"{rule} title", "high", [f"{rule} evidence"], "effect", action)
+
+    merged = merge_same_flag(
+        [
+            suggestion("cache-size", "`--num-gpu-blocks-override 3852`"),
+            suggestion("dynamic-field", "prompt change: move the field"),
+            suggestion("low-free-blocks", "`--num-gpu-blocks-override 3852` (+5.2 GiB), or ..."),
+            suggestion("eviction-regret", "`--num-gpu-blocks-override 3852`"),
+            suggestion("block-size", "`--block-size 16` (with `--num-gpu-blocks-override 399`)"),
+        ]
+    )
+    assert [entry.rule for entry in merged] == ["cache-size", "dynamic-field", "block-size"]
+    size = merged[0]
+    assert size.figures["merged_rules"] == ["low-free-blocks", "eviction-regret"]
+    assert size.evidence == [
+        "cache-size evidence",
+        "also from rule `low-free-blocks`: low-free-blocks title; it suggests "
+        "`--num-gpu-blocks-override 3852` (+5.2 GiB), or ...",
+        "low-free-blocks evidence",
+        "also from rule `eviction-regret`: eviction-regret title; it suggests "
+        "`--num-gpu-blocks-override 3852`",
+        "eviction-regret evidence",
     ]

@@ -1,8 +1,9 @@
 """Cache size: the pool the sweep recommends, from the one-pass curve (and what-if replays).
 
 The recommendation is the smallest pool that reaches TARGET_FRACTION of the hit ratio an
-unlimited cache would give this run's requests. With a what-if sweep at hand (`kvscope
-whatif`), the replays through vLLM at the run's block size decide instead.
+unlimited cache would give this run's requests (the one-pass curve's). With a what-if sweep
+at hand (`kvscope whatif`) that reaches that pool, the replays through vLLM at the run's
+block size decide instead; a sweep that stops short is said to, and decides nothing.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ SHRINK_LOSS = 0.005
 
 @dataclass(frozen=True)
 class SizeRecommendation:
-    """The pool the sweep recommends and the token hit ratios around it."""
+    """The pool the sweep recommends and the token hit ratios around it; `top_ratio` is an
+    unlimited cache's, from the one-pass curve (a sweep's largest point is not unlimited);
+    `short_sweep` says why the what-if replays did not decide, when they were given."""
 
     num_blocks: int
     ratio: float
     current_ratio: float
     top_ratio: float
     source: str
+    short_sweep: str = ""
 
 
 def smallest_pool_reaching(curve: MissRatioCurve, ratio: float) -> int:
@@ -42,30 +46,42 @@ def smallest_pool_reaching(curve: MissRatioCurve, ratio: float) -> int:
 
 
 def recommend_size(context: RunContext) -> SizeRecommendation:
-    """From the what-if replays at the run's block size when given, else the curve."""
-    replays = _replays_at_block_size(context)
-    if replays:
-        best = max(row["token_hit_ratio"] for row in replays)
-        chosen = min(
-            (row for row in replays if row["token_hit_ratio"] >= TARGET_FRACTION * best),
-            key=lambda row: row["num_blocks"],
-        )
-        return SizeRecommendation(
-            num_blocks=chosen["num_blocks"],
-            ratio=chosen["token_hit_ratio"],
-            current_ratio=context.summary["token_hit_ratio"],
-            top_ratio=best,
-            source=f"what-if replays through vLLM ({len(replays)} pool sizes)",
-        )
+    """The smallest pool that reaches TARGET_FRACTION of what an unlimited cache gives, by
+    the one-pass curve. What-if replays at the run's block size decide instead when the
+    sweep reaches that pool, so that it covers where the curve flattens: then the smallest
+    replayed pool within TARGET_FRACTION of the sweep's best."""
     curve = context.curve
     top = curve.token_hit_ratio(len(curve.hit_blocks) + 1)
     num_blocks = smallest_pool_reaching(curve, TARGET_FRACTION * top)
+    replays = _replays_at_block_size(context)
+    short_sweep = ""
+    if replays:
+        largest = max(replays, key=lambda row: row["num_blocks"])
+        if largest["num_blocks"] >= num_blocks:
+            best = max(row["token_hit_ratio"] for row in replays)
+            chosen = min(
+                (row for row in replays if row["token_hit_ratio"] >= TARGET_FRACTION * best),
+                key=lambda row: row["num_blocks"],
+            )
+            return SizeRecommendation(
+                num_blocks=chosen["num_blocks"],
+                ratio=chosen["token_hit_ratio"],
+                current_ratio=context.summary["token_hit_ratio"],
+                top_ratio=top,
+                source=f"what-if replays through vLLM ({len(replays)} pool sizes)",
+            )
+        short_sweep = (
+            f"the what-if sweep stops at {largest['num_blocks']:,} blocks "
+            f"({largest['token_hit_ratio']:.1%}), before the curve flattens: replay "
+            f"{num_blocks:,} blocks or more to check this recommendation through vLLM"
+        )
     return SizeRecommendation(
         num_blocks=num_blocks,
         ratio=curve.token_hit_ratio(num_blocks),
         current_ratio=curve.token_hit_ratio(context.num_blocks),
         top_ratio=top,
         source="one-pass curve of this run's block stream (one request at a time)",
+        short_sweep=short_sweep,
     )
 
 
@@ -154,6 +170,8 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
         f"the run itself measured {context.summary['token_hit_ratio']:.1%} "
         f"({_concurrency(context)}); the curve models one request at a time",
     ]
+    if recommendation.short_sweep:
+        lines.append(recommendation.short_sweep)
     for gib in MEMORY_STEPS_GIB:
         extra = blocks_for_gib(spec, block_size, gib)
         ratio = curve.token_hit_ratio(current + extra)

@@ -1,9 +1,11 @@
-"""Every rule, run in turn, and the suggestions ranked: severity first, then tokens gained."""
+"""Every rule, run in turn, and the suggestions ranked: severity first, then tokens gained;
+suggestions that turn the same vLLM flag merged into the first of them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from collector.advisor import (
     block_size,
@@ -50,6 +52,42 @@ def rank(suggestions: list[Suggestion]) -> list[Suggestion]:
     )
 
 
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def merge_same_flag(ranked: list[Suggestion]) -> list[Suggestion]:
+    """One suggestion per vLLM flag: a later suggestion whose action leads with the flag an
+    earlier one leads with is folded into that one (its title and evidence as evidence, its
+    charts after the first's, its rule in `figures["merged_rules"]`). A prompt change, which
+    names no flag, is never merged."""
+    merged: list[Suggestion] = []
+    by_flag: dict[str, int] = {}
+    for suggestion in ranked:
+        flag = _FLAG.search(suggestion.action)
+        if flag is None or flag.group() not in by_flag:
+            if flag is not None:
+                by_flag[flag.group()] = len(merged)
+            merged.append(suggestion)
+            continue
+        index = by_flag[flag.group()]
+        first = merged[index]
+        merged[index] = replace(
+            first,
+            evidence=[
+                *first.evidence,
+                f"also from rule `{suggestion.rule}`: {suggestion.title}; it suggests "
+                f"{suggestion.action}",
+                *suggestion.evidence,
+            ],
+            charts=[*first.charts, *suggestion.charts],
+            figures={
+                **first.figures,
+                "merged_rules": [*first.figures.get("merged_rules", []), suggestion.rule],
+            },
+        )
+    return merged
+
+
 def advise(context: RunContext, rules: tuple[tuple[str, Rule], ...] = RULES) -> Advice:
     """Run every rule on the run; a rule that cannot judge it is reported as skipped."""
     suggestions: list[Suggestion] = []
@@ -67,4 +105,4 @@ def advise(context: RunContext, rules: tuple[tuple[str, Rule], ...] = RULES) -> 
             )
         else:
             checks.append(RuleOutcome(name, "silent", "nothing to suggest"))
-    return Advice(rank(suggestions), checks)
+    return Advice(merge_same_flag(rank(suggestions)), checks)
