@@ -48,6 +48,7 @@ from engine_hooks.events import (
 )
 
 MAX_RECORDS_PER_BATCH = 50_000
+DEFAULT_INTERVAL_S = 0.05  # one batch per interval
 DEFAULT_MAX_BACKLOG_BYTES = 256 << 20
 # The largest frame a collector accepts (ZMQ disconnects a peer that sends more, before
 # anything is decoded); the transport splits a batch that would encode larger.
@@ -119,7 +120,7 @@ class Transport:
         config: dict[str, Any] | None = None,
         lost_in_engine: Any = None,
         next_seq: Any = None,
-        interval_s: float = 0.05,
+        interval_s: float = DEFAULT_INTERVAL_S,
         max_in_flight: int = 256,
         max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
         token: bytes | None = None,

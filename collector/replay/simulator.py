@@ -154,8 +154,15 @@ class Simulator:
 
     # -- sequential -----------------------------------------------------------------
 
-    def run_sequential(self, trace: list[TraceRequest], progress: Callable[[int], None]) -> None:
-        for index, trace_request in enumerate(trace):
+    def run_sequential(
+        self,
+        trace: list[TraceRequest],
+        progress: Callable[[int], None],
+        first_index: int = 0,
+    ) -> None:
+        """One request at a time; `first_index` numbers the first request (its index in the
+        whole trace, when the trace comes in pieces: it seeds its output tokens)."""
+        for index, trace_request in enumerate(trace, first_index):
             self.clock.set_ms(trace_request.timestamp_ms)
             request = self._arrive(trace_request, index)
             if self._admit(request) is None:
