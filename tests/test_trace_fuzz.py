@@ -114,6 +114,11 @@ def fuzz_trace(rng: random.Random, mooncake: bool) -> tuple[bytes, int]:
     return b"\n".join(lines) + b"\n", 0 if blank_trace else damaged_at + 1
 
 
+def where(path: Path, line: int) -> str:
+    """How a refusal starts: the file and line, or the file alone for the whole file."""
+    return f"{path}:{line}: " if line else f"{path}: "
+
+
 @pytest.mark.parametrize("mooncake", [True, False], ids=["mooncake", "kvscope"])
 @pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
 def test_every_fuzzed_trace_is_read_or_names_its_bad_line(
@@ -128,7 +133,7 @@ def test_every_fuzzed_trace_is_read_or_names_its_bad_line(
         try:
             requests = read_trace(path)
         except TraceError as error:
-            assert str(error).startswith(f"{path}:{damaged_at}: "), (data, str(error))
+            assert str(error).startswith(where(path, damaged_at)), (data, str(error))
             assert "\n" not in str(error) and "\x1b" not in str(error)
             outcomes["refused"] += 1
             continue
@@ -167,5 +172,12 @@ def test_every_failure_through_the_command_line_exits_2_and_writes_nothing(
             continue
         failures += 1
         assert code == 2, error
-        assert error.startswith(f"kvscope: error: {trace}:{damaged_at}: "), error
+        assert error.startswith(f"kvscope: error: {where(trace, damaged_at)}"), error
         assert sorted(tmp_path.iterdir()) == [trace], "no run file, no temporary file"
+
+
+def test_a_whole_file_refusal_names_no_line(tmp_path: Path) -> None:
+    missing = tmp_path / "trace.jsonl.g"
+    with pytest.raises(TraceError) as refusal:
+        read_trace(missing)
+    assert str(refusal.value) == f"{missing}: cannot open: No such file or directory"

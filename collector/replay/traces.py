@@ -28,10 +28,11 @@ FORMATS = ("auto", "mooncake", "kvscope")
 
 
 class TraceError(ValueError):
-    """A trace line kvscope cannot replay; the message names the file, line and reason."""
+    """A trace line kvscope cannot replay; the message names the file, line and reason
+    (line 0: the whole file, and the message names no line)."""
 
     def __init__(self, path: Path, line: int, reason: str) -> None:
-        super().__init__(f"{path}:{line}: {reason}")
+        super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
         self.path = path
         self.line = line
         self.reason = reason
