@@ -36,6 +36,15 @@ def test_page_shows_the_advise_suggestions_in_rank_order() -> None:
     names = [trace["name"] for trace in curves["data"]]
     assert names[0] == "block size 16 (this run)"
     assert "block size 32" in names  # the sample recorded its prompts: other block sizes too
+    # The checks table is plain text: a title's `code` marks are dropped there.
+    (checks,) = [frame.value for frame in app.dataframe if "rule" in frame.value.columns]
+    details = list(checks["detail"])
+    assert len(details) == len(advice.checks)
+    assert not any("`" in detail for detail in details)
+    assert [detail.replace("`", "") for detail in (c.detail for c in advice.checks)] == details
+    # One suggestion per flag: the sample's cache-size advice carries the rules that agree.
+    flags = [entry.action.split()[0] for entry in advice.suggestions if "--" in entry.action]
+    assert len(flags) == len(set(flags))
 
 
 def test_changing_the_model_changes_the_memory_figures() -> None:

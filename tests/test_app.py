@@ -233,6 +233,12 @@ def test_roi_inputs_change_every_estimate() -> None:
     assert after["Compute saved"] == f"${expected['dollars_saved']:,.4g}"
     assert after["GPU-seconds saved"] == before["GPU-seconds saved"]
     assert "$5/GPU-hour" in captions(app)
+    # The assumptions are stated once, and the prefix chart says how many families it shows.
+    assert sum("Assumed:" in caption.value for caption in app.caption) == 1
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        families = len(roi.prefix_savings(run_file, window, 15))
+    assert families < 15
+    assert f"(all {families} that were hit are shown)" in captions(app)
     # A model preset fills in its shape; editing one field makes the model "custom".
     app.selectbox(key="roi_model").select("Llama-3.1-70B").run()
     assert app.number_input(key="roi_parameters_billion").value == 70.6

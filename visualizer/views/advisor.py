@@ -116,7 +116,9 @@ def render() -> None:
     for entry in suggestions:
         _suggestion(entry)
     st.subheader("Checks")
-    st.dataframe(document["checks"], hide_index=True, key="advisor_checks")
+    # Plain text in the table: a title's `code` marks show as literal backticks there.
+    checks = [{**check, "detail": check["detail"].replace("`", "")} for check in document["checks"]]
+    st.dataframe(checks, hide_index=True, key="advisor_checks")
 
 
 def _suggestion(entry: dict[str, Any]) -> None:

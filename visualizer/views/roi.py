@@ -44,21 +44,19 @@ def render() -> None:
         duration_s=window.duration_s,
     )
     _metrics(totals, compute_note, memory_note)
-    st.caption(f"{compute_note} {memory_note}")
+    st.caption(f"{compute_note} {memory_note} Every chart below assumes the same.")
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")
         return
     series = cost.savings_over_time(points, model, block_size)
     show_chart(roi_charts.savings_over_time_figure(series), series, key="roi_over_time")
-    st.caption(f"{compute_note} {memory_note}")
     left, right = st.columns(2)
     with left:
         usage = tenants.tenant_usage(run, window)
         priced = cost.price_prompts(usage, model, block_size).assign(label=usage_label(usage))
         figure = roi_charts.saved_vs_held_figure(priced, "label", "Per tenant and adapter")
         show_chart(figure, priced, key="roi_tenants")
-        st.caption(compute_note)
     with right:
         prefixes = _labelled(roi.prefix_savings(run, window, TOP_PREFIXES))
         if prefixes.empty:
@@ -67,10 +65,14 @@ def render() -> None:
         priced = cost.price_blocks(prefixes, model, block_size)
         figure = roi_charts.saved_vs_held_figure(priced, "label", "Per prefix family")
         show_chart(figure, priced, key="roi_prefixes")
+        shown = (
+            f"the {TOP_PREFIXES} most hit are shown"
+            if len(prefixes) == TOP_PREFIXES
+            else f"all {len(prefixes)} that were hit are shown"
+        )
         st.caption(
-            f"{compute_note} A prefix family is every block hash under one first block (the "
-            f"{TOP_PREFIXES} most hit are shown); its savings count block hits, resumed "
-            "preempted requests included."
+            f"A prefix family is every block hash under one first block ({shown}); its "
+            "savings count block hits, resumed preempted requests included."
         )
 
 
