@@ -432,9 +432,17 @@ def test_suggestions_that_turn_the_same_flag_are_merged() -> None:
             suggestion("low-free-blocks", "`--num-gpu-blocks-override 3852` (+5.2 GiB), or ..."),
             suggestion("eviction-regret", "`--num-gpu-blocks-override 3852`"),
             suggestion("block-size", "`--block-size 16` (with `--num-gpu-blocks-override 399`)"),
+            suggestion(
+                "lora-split", "route each family to one adapter; else `--num-gpu-blocks-override 9`"
+            ),
         ]
     )
-    assert [entry.rule for entry in merged] == ["cache-size", "dynamic-field", "block-size"]
+    assert [entry.rule for entry in merged] == [
+        "cache-size",
+        "dynamic-field",
+        "block-size",
+        "lora-split",
+    ]
     size = merged[0]
     assert size.figures["merged_rules"] == ["low-free-blocks", "eviction-regret"]
     assert size.evidence == [

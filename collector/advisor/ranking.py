@@ -52,24 +52,26 @@ def rank(suggestions: list[Suggestion]) -> list[Suggestion]:
     )
 
 
-_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+_LEADING_FLAG = re.compile(r"`?(--[a-z][a-z0-9-]*)")
 
 
 def merge_same_flag(ranked: list[Suggestion]) -> list[Suggestion]:
     """One suggestion per vLLM flag: a later suggestion whose action leads with the flag an
     earlier one leads with is folded into that one (its title and evidence as evidence, its
-    charts after the first's, its rule in `figures["merged_rules"]`). A prompt change, which
-    names no flag, is never merged."""
+    charts after the first's, its rule in `figures["merged_rules"]`). An action that leads
+    with something else (a prompt change, routing; a flag only as its fallback) is never
+    merged."""
     merged: list[Suggestion] = []
     by_flag: dict[str, int] = {}
     for suggestion in ranked:
-        flag = _FLAG.search(suggestion.action)
-        if flag is None or flag.group() not in by_flag:
+        leading = _LEADING_FLAG.match(suggestion.action)
+        flag = leading.group(1) if leading else None
+        if flag is None or flag not in by_flag:
             if flag is not None:
-                by_flag[flag.group()] = len(merged)
+                by_flag[flag] = len(merged)
             merged.append(suggestion)
             continue
-        index = by_flag[flag.group()]
+        index = by_flag[flag]
         first = merged[index]
         merged[index] = replace(
             first,
