@@ -55,10 +55,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
 from process_cpu import CLOCK_TICKS, cpu_ticks
+from replay_args import add_replay_arguments
 
 from tests.support.engine import collector_process
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 CONFIGS = ("bare", "kv-events", "hooks", "capture", "capture+collisions", "capture-to-sink")
 INGEST_LINE = re.compile(r"([\d,]+) rows written in ([\d.]+) s of ingest .*, ([\d,]+) commits")
 
@@ -296,10 +296,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--num-blocks", type=int, default=20_000)
-    parser.add_argument("--limit", type=int, default=None, help="first N requests only")
+    add_replay_arguments(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
     parser.add_argument("--run", choices=CONFIGS, help=argparse.SUPPRESS)  # a child's run

@@ -45,9 +45,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
+from replay_args import add_replay_arguments
+
 from tests.support.engine import collector_process
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 CONFIGS = ("bare", "kv-events", "hooks", "hooks+collisions", "capture")
 
 
@@ -140,10 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--num-blocks", type=int, default=20_000)
-    parser.add_argument("--limit", type=int, default=None, help="first N requests only")
+    add_replay_arguments(parser)
     args = parser.parse_args()
     with ExitStack() as stack:
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))

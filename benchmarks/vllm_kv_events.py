@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import msgspec
+from replay_args import add_replay_arguments
 from vllm.distributed.kv_events import KVEventBatch
 
 from collector.live.vllm_kv.conflicts import HashConflictDetector
@@ -29,13 +30,12 @@ from collector.replay.block_manager import (
     CacheSettings,
     make_block_hasher,
     make_kv_cache_manager,
-    vllm_version,
+    require_vllm,
 )
 from collector.replay.simulator import Simulator, VirtualClock
 from collector.replay.traces import TraceRequest, read_trace
-from collector.store import RunConfig, RunStore
+from collector.store.run_file import RunConfig, RunStore
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/synthetic_trace.jsonl"
 BATCHES_PER_APPEND = 100
 
 
@@ -62,7 +62,7 @@ def collector_side(payloads: list[bytes], settings: CacheSettings) -> tuple[floa
     """Decode, check and store every payload; returns CPU seconds and block rows stored."""
     with tempfile.TemporaryDirectory() as directory:
         config = RunConfig(
-            "vllm-kv-events", settings.block_size, settings.num_blocks, "sha256", vllm_version()
+            "vllm-kv-events", settings.block_size, settings.num_blocks, "sha256", require_vllm()
         )
         store = RunStore.create(Path(directory) / "run.duckdb", config)
         detector = HashConflictDetector()
@@ -83,10 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--num-blocks", type=int, default=20_000)
-    parser.add_argument("--limit", type=int, default=3_000, help="first N requests")
+    add_replay_arguments(parser, limit=3_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     requests = read_trace(args.trace)[: args.limit]
