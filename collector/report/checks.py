@@ -11,7 +11,7 @@ from typing import Any
 
 from collector.queries.tenants import tenant_label
 from collector.report.figures import RunFigures
-from collector.report.thresholds import RatioLimit, Thresholds
+from collector.report.thresholds import PerRequestLimit, RatioLimit, Thresholds
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 _DISABLED = "disabled in the thresholds file"
@@ -123,15 +123,25 @@ def _tokens_saved_check(
 
 
 def _evictions_check(baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds) -> Check:
-    limit = thresholds.evictions_per_request
-    per_request = baseline.evictions_per_request
-    return _judge(
+    return _per_request_check(
         "evictions_per_request",
         "evictions per request",
+        baseline.evictions_per_request,
+        candidate.evictions_per_request,
+        thresholds.evictions_per_request,
+    )
+
+
+def _per_request_check(
+    name: str, title: str, baseline: float, candidate: float, limit: PerRequestLimit
+) -> Check:
+    return _judge(
+        name,
+        title,
         "per_request",
-        baseline=per_request,
-        candidate=candidate.evictions_per_request,
-        limit=per_request * (1 + limit.max_relative_increase) + limit.max_increase,
+        baseline=baseline,
+        candidate=candidate,
+        limit=baseline * (1 + limit.max_relative_increase) + limit.max_increase,
         bound="max",
         enabled=limit.enabled,
     )
@@ -191,17 +201,12 @@ def _pool_empty_check(baseline: RunFigures, candidate: RunFigures, thresholds: T
 def _preemptions_check(
     baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds
 ) -> Check:
-    limit = thresholds.preemptions_per_request
-    per_request = baseline.preemptions_per_request
-    return _judge(
+    return _per_request_check(
         "preemptions_per_request",
         "preemptions per request",
-        "per_request",
-        baseline=per_request,
-        candidate=candidate.preemptions_per_request,
-        limit=per_request * (1 + limit.max_relative_increase) + limit.max_increase,
-        bound="max",
-        enabled=limit.enabled,
+        baseline.preemptions_per_request,
+        candidate.preemptions_per_request,
+        thresholds.preemptions_per_request,
     )
 
 

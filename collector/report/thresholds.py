@@ -36,8 +36,9 @@ class TokensSavedLimit:
 
 
 @dataclass(frozen=True)
-class EvictionsLimit:
-    """Evictions per request may rise by `max_relative_increase` plus `max_increase` blocks."""
+class PerRequestLimit:
+    """A count per request (evictions, preemptions) may rise by `max_relative_increase` plus
+    `max_increase`."""
 
     enabled: bool = True
     max_relative_increase: float = 0.10
@@ -67,16 +68,6 @@ class FreeBlocksLimit:
 
 
 @dataclass(frozen=True)
-class PreemptionsLimit:
-    """Preemptions per request may rise by `max_relative_increase` plus `max_increase`: by
-    default a candidate with preemptions fails when the baseline had none."""
-
-    enabled: bool = True
-    max_relative_increase: float = 0.10
-    max_increase: float = 0.0
-
-
-@dataclass(frozen=True)
 class DroppedEventsLimit:
     """The candidate may lose at most `max` events (lost events make every figure short)."""
 
@@ -101,10 +92,13 @@ class Thresholds:
     token_hit_ratio: RatioLimit = field(default_factory=RatioLimit)
     block_hit_ratio: RatioLimit = field(default_factory=RatioLimit)
     tokens_saved: TokensSavedLimit = field(default_factory=TokensSavedLimit)
-    evictions_per_request: EvictionsLimit = field(default_factory=EvictionsLimit)
+    evictions_per_request: PerRequestLimit = field(default_factory=PerRequestLimit)
     eviction_regret: RegretLimit = field(default_factory=RegretLimit)
     min_free_blocks: FreeBlocksLimit = field(default_factory=FreeBlocksLimit)
-    preemptions_per_request: PreemptionsLimit = field(default_factory=PreemptionsLimit)
+    # No increase on top: a candidate that preempts fails when the baseline never did.
+    preemptions_per_request: PerRequestLimit = field(
+        default_factory=lambda: PerRequestLimit(max_increase=0.0)
+    )
     dropped_events: DroppedEventsLimit = field(default_factory=DroppedEventsLimit)
     tenant_hit_ratio: TenantLimit = field(default_factory=TenantLimit)
 
