@@ -90,9 +90,9 @@ def run_summary(run: RunFile) -> RunSummary:
     token_hit_ratio is vLLM's PrefixCacheStats ratio: hit tokens / looked-up tokens over
     requests admitted for the first time. block_hit_ratio is hit blocks / prompt blocks, a
     prompt having ceil(tokens / block size) blocks (the partial last block counts).
-    Pool pressure: the fewest free blocks (and their share of the usable pool), and the
-    time spent under 10 % of it free (`pool.LOW_FREE_FRACTION`) (and its share of the time the pool
-    steps cover).
+    Pool pressure: the fewest free blocks and their share of the usable pool; the time
+    spent under 10 % of it free (`pool.LOW_FREE_FRACTION`) and its share of the time the
+    pool steps cover.
     """
     figures = run.record(_SUMMARY_SQL)
     assert figures is not None
