@@ -261,6 +261,12 @@ def test_compare_runs_side_by_side() -> None:
     with RunFile.open(SECOND_SAMPLE_RUN) as run_file:
         second = run_summary(run_file)
     assert metrics(app)["Hit ratio (tokens)"] == f"{second['token_hit_ratio']:.1%}"
+    # A ratio's change is in percentage points, not a percentage of a percentage.
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        first = run_summary(run_file)
+    change = (second["token_hit_ratio"] - first["token_hit_ratio"]) * 100
+    (token_metric,) = [metric for metric in app.metric if metric.label == "Hit ratio (tokens)"]
+    assert token_metric.delta == f"{change:+.1f} pts"
     settings = next(table.value for table in app.dataframe if "setting" in table.value)
     assert settings.loc[settings["differs"], "setting"].tolist() == ["block_size", "num_blocks"]
 

@@ -112,9 +112,10 @@ def _metrics(table: pd.DataFrame, first_name: str, second_name: str) -> None:
 
 
 def _number(unit: object, value: Any, signed: bool = False) -> str:
-    """A ratio as a percentage, a count as an integer with thousands separators."""
+    """A ratio as a percentage (a change of one in percentage points), a count as an
+    integer with thousands separators."""
     if unit == "ratio":
-        return f"{value:+.1%}" if signed else f"{value:.1%}"
+        return f"{value * 100:+.1f} pts" if signed else f"{value:.1%}"
     return f"{int(value):+,}" if signed else f"{int(value):,}"
 
 
