@@ -11,9 +11,7 @@ import pytest
 from tests.support.repo import REPO
 
 SCRIPTS = sorted(
-    path.name
-    for path in (REPO / "benchmarks").glob("*.py")
-    if "def main(" in path.read_text()
+    path.name for path in (REPO / "benchmarks").glob("*.py") if "def main(" in path.read_text()
 )
 
 
