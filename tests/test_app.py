@@ -31,7 +31,7 @@ SECOND_SAMPLE_RUN = SAMPLE_RUN.with_name("run_block32.duckdb")
 DATA_FIELDS = ("x", "y", "z", "values", "ids")
 # Per page, on the sample run: how many traces each of its charts draws, in page order.
 CHART_TRACES = {
-    "views/overview.py": [2, 2, 2, 2, 3],
+    "views/overview.py": [2, 2, 2, 3],  # integrity: a badge, the sample has nothing wrong
     "views/hotspots.py": [1, 1, 1, 2],
     "views/prefix_tree.py": [4],
     "views/roi.py": [2, 2, 2],
@@ -92,6 +92,11 @@ def test_overview_figures_match_the_summary() -> None:
     )
     assert summary["low_free_s"] > 0
     assert shown["Preemptions"] == f"{summary['preemptions']:,}" == "5"
+    # Nothing went wrong: a badge, not a flat chart.
+    assert [badge.value for badge in app.success] == [
+        f"Integrity: 0 collisions in {summary['block_hits']:,} block hits checked; "
+        "0 dropped events."
+    ]
 
 
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:

@@ -143,7 +143,14 @@ def test_overview_charts(points: pd.DataFrame) -> None:
     tokens = overview_charts.tokens_saved_figure(points)
     assert (list(tokens.data[0].y), list(tokens.data[1].y)) == ([0, 8, 4, 0], [8, 4, 4, 8])
     blocks = overview_charts.block_events_figure(points)
-    assert [list(trace.y) for trace in blocks.data] == [[0, 2, 1, 0], [2, 1, 1, 2], [0, 0, 0, 1]]
+    # Hits, evictions, then stores (dashed, on top: level with evictions in a full pool).
+    assert [trace.name for trace in blocks.data] == [
+        "block hits",
+        "blocks evicted",
+        "blocks stored",
+    ]
+    assert [list(trace.y) for trace in blocks.data] == [[0, 2, 1, 0], [0, 0, 0, 1], [2, 1, 1, 2]]
+    assert blocks.data[2].line.dash == "dash"
     integrity = overview_charts.integrity_figure(points)
     assert integrity.layout.title.text == "Integrity: 0 collisions, 0 dropped events"
 

@@ -23,7 +23,7 @@ from visualizer.pages import PAGES
 
 # page file -> charts the page must draw on the sample run
 MIN_CHARTS = {
-    "overview.py": 5,
+    "overview.py": 4,
     "hotspots.py": 4,
     "prefix_tree.py": 1,
     "roi.py": 3,

@@ -53,14 +53,14 @@ def activity_figure(buckets: pd.DataFrame) -> go.Figure:
 def block_events_figure(points: pd.DataFrame) -> go.Figure:
     """Block hits, stores and evictions per point of `activity.figures_over_time`."""
     figure = go.Figure()
-    for column, name, color in (
-        ("block_hits", "block hits", COLORS["tokens"]),
-        ("stores", "blocks stored", COLORS["cached_free"]),
-        ("evictions", "blocks evicted", COLORS["evictions"]),
+    # Stores dashed and drawn last: in a full pool they run level with evictions, and a
+    # solid line on top would hide the other.
+    for column, name, line in (
+        ("block_hits", "block hits", {"color": COLORS["tokens"]}),
+        ("evictions", "blocks evicted", {"color": COLORS["evictions"]}),
+        ("stores", "blocks stored", {"color": COLORS["cached_free"], "dash": "dash"}),
     ):
-        figure.add_scatter(
-            x=points["t_s"], y=points[column], name=name, mode="lines", line={"color": color}
-        )
+        figure.add_scatter(x=points["t_s"], y=points[column], name=name, mode="lines", line=line)
     return styled(
         figure,
         title="Block hits, stores, evictions",

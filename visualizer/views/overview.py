@@ -7,10 +7,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.model.time_window import TimeWindow
 from collector.queries import activity
 from collector.queries.activity import WindowFigures
+from collector.queries.collisions import collision_check
 from collector.queries.config import RunRow, describe_source, run_config
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
+from collector.store.run_file import RunFile
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -42,8 +45,7 @@ def render() -> None:
             show_chart(figure, points, key="overview_hit_rate")
             figure = overview_charts.activity_figure(points)
             show_chart(figure, points, key="overview_activity")
-            figure = overview_charts.integrity_figure(points)
-            show_chart(figure, points, key="overview_integrity")
+            _integrity(run, window, points)
         with right:
             figure = overview_charts.tokens_saved_figure(points)
             show_chart(figure, points, key="overview_tokens")
@@ -100,6 +102,21 @@ def _metrics(figures: WindowFigures, pool: FreeBlockExtremes) -> None:
             ),
         },
     )
+
+
+def _integrity(run: RunFile, window: TimeWindow, points: pd.DataFrame) -> None:
+    """A badge when nothing went wrong (a flat zero line says no more), else the chart."""
+    if points["collisions"].sum() or points["dropped_events"].sum():
+        figure = overview_charts.integrity_figure(points)
+        show_chart(figure, points, key="overview_integrity")
+        return
+    check = collision_check(run, window)
+    collisions = (
+        f"0 collisions in {check['hits_checked']:,} block hits checked"
+        if check["checked"]
+        else f"collisions not checked (the check was off, {check['hash_algo']} hashes)"
+    )
+    st.success(f"Integrity: {collisions}; 0 dropped events.")
 
 
 def _config_rows(config: RunRow) -> pd.DataFrame:
