@@ -60,6 +60,7 @@ def test_points_are_whole_buckets(run_file: RunFile) -> None:
     # Buckets 100-500 in 2 points of 201 buckets: 100-300 (b0) and 301-500 (a1).
     window = time_grid(run_file).buckets(100, 500)
     points = activity.figures_over_time(run_file, window, max_points=2)
+    assert points["width_s"].tolist() == pytest.approx([0.01005] * 2)  # one width, 201 buckets
     assert points[["t_s", "requests"]].to_dict("records") == [
         {"t_s": 0.005, "requests": 1},
         {"t_s": 0.01505, "requests": 1},

@@ -151,6 +151,10 @@ def test_overview_charts(points: pd.DataFrame) -> None:
     ]
     assert [list(trace.y) for trace in blocks.data] == [[0, 2, 1, 0], [0, 0, 0, 1], [2, 1, 1, 2]]
     assert blocks.data[2].line.dash == "dash"
+    # Every "per point" axis names the point's width.
+    width = float(points["width_s"].iloc[0])
+    assert blocks.layout.yaxis.title.text == f"blocks per {width:.3g} s"
+    assert activity_chart.layout.yaxis2.title.text == f"requests per {width:.3g} s"
     integrity = overview_charts.integrity_figure(points)
     assert integrity.layout.title.text == "Integrity: 0 collisions, 0 dropped events"
 

@@ -117,12 +117,13 @@ def test_roi_figures_and_over_time() -> None:
         totals["dollars_saved"] / totals["memory_dollars"]
     )
     points = pd.DataFrame(
-        {"t_s": [0.0, 1.0], "hit_tokens": [0, 8], "hit_tokens_squared": [0, 64],
-         "cached_blocks": [10, 20]}
+        {"t_s": [0.0, 1.0], "width_s": [1.0, 1.0], "hit_tokens": [0, 8],
+         "hit_tokens_squared": [0, 64], "cached_blocks": [10, 20]}
     )  # fmt: skip
     series = cost.savings_over_time(points, MODEL, 16)
     assert series["gb_held"].tolist() == pytest.approx([10 * 2**21 / 1e9, 20 * 2**21 / 1e9])
     assert series["gpu_seconds_saved"].tolist()[0] == 0.0
+    assert series["width_s"].tolist() == [1.0, 1.0]  # for the chart's "per 1 s" axis
     assert MODEL.compute_assumptions() == (
         "Llama-3.1-8B: 8.03 B parameters, 32 layers x 32 heads x 128; H100 SXM at 989 "
         "TFLOP/s peak, 40% MFU, $2.5/GPU-hour"

@@ -149,6 +149,7 @@ def savings_over_time(points: pd.DataFrame, model: CostModel, block_size: int) -
     return pd.DataFrame(
         {
             "t_s": points["t_s"],
+            "width_s": points["width_s"],
             "gpu_seconds_saved": gpu_seconds,
             "dollars_saved": model.dollars(gpu_seconds),
             "gb_held": points["cached_blocks"] * bytes_per_block / BYTES_PER_GB,

@@ -57,7 +57,8 @@ def window_figures(run: RunFile, window: TimeWindow) -> WindowFigures:
 
 def figures_over_time(run: RunFile, window: TimeWindow, max_points: int = 60) -> pd.DataFrame:
     """The window's buckets regrouped into at most `max_points` points of whole buckets
-    (`t_s`: a point's start, seconds from the run's first record): every summed figure per
+    (`t_s`: a point's start, seconds from the run's first record; `width_s`: how long
+    every point is, the same for all): every summed figure per
     point, the fewest free blocks, and the blocks holding a hash at the point's end
     (stores - evictions - blocks cleared by resets, counted from the start of the run)."""
     sums = ",\n".join(f"CAST(sum({name}) AS BIGINT) AS {name}" for name in _SUMMED)
@@ -75,6 +76,7 @@ def figures_over_time(run: RunFile, window: TimeWindow, max_points: int = 60) ->
         )
         SELECT
             ($first + point * $group) * grid.bucket_ns / 1e9 AS t_s,
+            $group * grid.bucket_ns / 1e9 AS width_s,
             {sums},
             min(min_free) AS min_free,
             CAST(arg_max(cached_blocks, bucket) AS BIGINT) AS cached_blocks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, two_axes_figure
+from visualizer.charts.theme import COLORS, per_point, two_axes_figure
 
 
 def collision_checks_figure(points: pd.DataFrame, hash_algo: str) -> go.Figure:
@@ -29,7 +29,7 @@ def collision_checks_figure(points: pd.DataFrame, hash_algo: str) -> go.Figure:
             marker={"color": COLORS["in_use"], "size": 9, "symbol": "x"},
         ),
         title=f"{found:,} collisions in {checked:,} block hits checked ({hash_algo})",
-        left_title="block hits per point",
+        left_title=per_point(points, "block hits"),
         right_title="collisions",
         range=[0, most * 1.1],
         tickmode="linear",

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, LAYOUT, RATIO_AXIS, styled, two_axes_figure
+from visualizer.charts.theme import (
+    COLORS,
+    LAYOUT,
+    RATIO_AXIS,
+    per_point,
+    styled,
+    two_axes_figure,
+)
 
 
 def hit_rate_figure(buckets: pd.DataFrame) -> go.Figure:
@@ -45,8 +52,8 @@ def activity_figure(buckets: pd.DataFrame) -> go.Figure:
             line={"color": COLORS["tokens"]},
         ),
         title="Requests and evictions over time",
-        left_title="blocks evicted per bucket",
-        right_title="requests per bucket",
+        left_title=per_point(buckets, "blocks evicted"),
+        right_title=per_point(buckets, "requests"),
     )
 
 
@@ -65,7 +72,7 @@ def block_events_figure(points: pd.DataFrame) -> go.Figure:
         figure,
         title="Block hits, stores, evictions",
         xaxis_title="time (s)",
-        yaxis_title="blocks per point",
+        yaxis_title=per_point(points, "blocks"),
     )
 
 
@@ -82,7 +89,7 @@ def tokens_saved_figure(points: pd.DataFrame) -> go.Figure:
         figure,
         title="Prompt tokens: cached vs computed",
         xaxis_title="time (s)",
-        yaxis_title="tokens per point",
+        yaxis_title=per_point(points, "tokens"),
         barmode="stack",
     )
 
@@ -103,7 +110,7 @@ def integrity_figure(points: pd.DataFrame) -> go.Figure:
         figure,
         title=f"Integrity: {collisions:,} collisions, {dropped:,} dropped events",
         xaxis_title="time (s)",
-        yaxis={"title": "per point", "range": [0, highest * 1.1]},
+        yaxis={"title": per_point(points, "count"), "range": [0, highest * 1.1]},
         height=380,
         legend=LAYOUT["legend"] | {"y": -0.3},
     )

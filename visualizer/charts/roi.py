@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, LAYOUT, styled, two_axes_figure
+from visualizer.charts.theme import COLORS, LAYOUT, per_point, styled, two_axes_figure
 
 
 def savings_over_time_figure(series: pd.DataFrame) -> go.Figure:
@@ -28,7 +28,7 @@ def savings_over_time_figure(series: pd.DataFrame) -> go.Figure:
             hovertemplate="%{y:.3g} GB held<extra></extra>",
         ),
         title="Compute saved vs memory held",
-        left_title="GPU-seconds saved per point",
+        left_title=per_point(series, "GPU-seconds saved"),
         right_title="GB held",
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 
 BLUE = "#1f77b4"
@@ -54,6 +55,14 @@ LAYOUT: dict[str, Any] = {
     "hovermode": "x unified",
 }
 RATIO_AXIS = {"title": "hit ratio", "range": [0, 1], "tickformat": ".0%"}
+
+
+def per_point(points: pd.DataFrame, what: str) -> str:
+    """An axis title for a figure summed over each point of `activity.figures_over_time`,
+    naming the point's width: "blocks per 3.93 s"."""
+    if "width_s" not in points or points.empty:
+        return f"{what} per point"
+    return f"{what} per {float(points['width_s'].iloc[0]):.3g} s"
 
 
 def styled(figure: go.Figure, **layout: Any) -> go.Figure:
