@@ -21,7 +21,7 @@ kvscope_prefix_cache_query_tokens_total{lora="sql",tenant="acme"} 48.0
 # TYPE kvscope_prefix_cache_hit_tokens_total counter
 kvscope_prefix_cache_hit_tokens_total{lora="",tenant="acme"} 32.0
 kvscope_prefix_cache_hit_tokens_total{lora="sql",tenant="acme"} 0.0
-# HELP kvscope_prefix_cache_hit_ratio Prefix-cache hit tokens / looked-up tokens over the run so far.
+# HELP kvscope_prefix_cache_hit_ratio Prefix-cache hit tokens / looked-up tokens over the run so far (no sample before the first lookup: not 0).
 # TYPE kvscope_prefix_cache_hit_ratio gauge
 kvscope_prefix_cache_hit_ratio 0.2857142857142857
 # HELP kvscope_kv_cache_blocks KV cache blocks by state after the latest scheduler step (free includes cached_free; the null block is not counted).
@@ -59,10 +59,14 @@ def test_exposition_text_is_exact() -> None:
     assert generate_latest(registry).decode() == EXPECTED
 
 
-def test_empty_state_exposes_zeroes() -> None:
+def test_empty_state_exposes_zero_counts_and_no_ratio() -> None:
     registry = CollectorRegistry()
     registry.register(KvscopeMetrics(LiveState()))
     text = generate_latest(registry).decode()
-    assert "kvscope_prefix_cache_hit_ratio 0.0\n" in text
+    # Before the collector's first batch there is no hit ratio to show (0.0 would read as
+    # one): the gauge is declared, with no sample.
+    assert "# TYPE kvscope_prefix_cache_hit_ratio gauge\n" in text
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert not [line for line in samples if line.startswith("kvscope_prefix_cache_hit_ratio")]
     assert "kvscope_block_hits_total 0.0\n" in text
     assert "kvscope_kv_cache_blocks{" not in text

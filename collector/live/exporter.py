@@ -31,11 +31,11 @@ class KvscopeMetrics(Collector):
         total_queries = sum(state.query_tokens.values())
         ratio = GaugeMetricFamily(
             "kvscope_prefix_cache_hit_ratio",
-            "Prefix-cache hit tokens / looked-up tokens over the run so far.",
+            "Prefix-cache hit tokens / looked-up tokens over the run so far (no sample "
+            "before the first lookup: not 0).",
         )
-        ratio.add_metric(
-            [], sum(state.hit_tokens.values()) / total_queries if total_queries else 0.0
-        )
+        if total_queries:  # before any lookup there is no ratio, and 0.0 would read as one
+            ratio.add_metric([], sum(state.hit_tokens.values()) / total_queries)
         yield ratio
         blocks = GaugeMetricFamily(
             "kvscope_kv_cache_blocks",
