@@ -284,6 +284,17 @@ def test_compare_with_no_other_run(tmp_path: Path) -> None:
     assert not app.get("plotly_chart")
 
 
+def test_a_run_not_written_yet_is_waited_for(tmp_path: Path) -> None:
+    """The README's live steps: the app is opened on the collector's run file before the
+    collector's first batch has created it."""
+    run = tmp_path / "live.duckdb"
+    app = start(run)
+    assert app.info[0].value.startswith(
+        f"Waiting for the collector's first batch: {run} does not exist yet."
+    )
+    assert not app.error
+
+
 def said(app: AppTest) -> str:
     """Everything the page said in metrics, notes and messages."""
     notes = [f"{label}: {value}" for label, value in metrics(app).items()]

@@ -66,6 +66,14 @@ def runs_in_folder(folder: Path) -> list[Path]:
 def open_current_run() -> RunFile:
     """The chosen run, open for reading; if it cannot be opened, says why and stops the page."""
     path = current_run()
+    if not path.exists() and not live_copy_path(path).exists():
+        st.info(
+            f"Waiting for the collector's first batch: {path} does not exist yet. "
+            f"`kvscope collect --db {path}` creates it when an engine's first records "
+            "arrive, and this page then shows it by itself. (If no collector writes there, "
+            "check the path.)"
+        )
+        st.stop()
     try:
         run, live = _open(path)
     except (StoreError, OSError) as error:

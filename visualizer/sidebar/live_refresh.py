@@ -10,12 +10,20 @@ from collector.store.run_file import live_copy_path
 
 REFRESH_S = 3.0
 _SEEN_KEY = "live_copy_version"
+_WAITING_KEY = "live_waiting_for_run"
 
 
 @st.fragment(run_every=REFRESH_S)
 def follow(path: Path) -> None:
-    """While the run has a live copy, rerun the whole app whenever a newer copy appears."""
+    """While the run has a live copy, rerun the whole app whenever a newer copy appears;
+    while neither the run nor its copy exists (a collector waiting for its first batch),
+    rerun it as soon as one does."""
     copy = live_copy_path(path)
+    if not path.exists() and not copy.exists():
+        st.session_state[_WAITING_KEY] = True
+        return
+    if st.session_state.pop(_WAITING_KEY, False):
+        st.rerun(scope="app")
     if not copy.is_file():
         st.session_state.pop(_SEEN_KEY, None)
         return
