@@ -54,6 +54,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
+from capture_setup import attach_hooks, bench_transport
 from process_cpu import CLOCK_TICKS, cpu_ticks
 from replay_args import add_replay_arguments
 
@@ -76,8 +77,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     )
     from collector.replay.simulator import Simulator, VirtualClock
     from collector.replay.traces import read_trace
-    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-    from engine_hooks.transport import Transport
+    from engine_hooks import EventBuffer
 
     config = args.run
     requests = read_trace(args.trace)[: args.limit]
@@ -96,21 +96,11 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             captured[0] += len(buffer.take())
 
     if config not in ("bare", "kv-events"):
-        hooks = KVCacheHooks(
-            manager,
-            buffer,
-            pseudonymizer=Pseudonymizer(b"bench"),
-            clock=clock,
-            check_collisions=config == "capture+collisions",
-        ).attach()
+        hooks = attach_hooks(
+            manager, buffer, clock, check_collisions=config == "capture+collisions"
+        )
         if config != "hooks":
-            run_config = {
-                "block_size": settings.block_size,
-                "num_blocks": settings.num_blocks,
-                "hash_algo": settings.hash_algo,
-                "vllm_version": "bench",
-            }
-            transport = Transport(buffer, args.endpoint, engine_id="bench", config=run_config)
+            transport = bench_transport(buffer, args.endpoint, settings)
     simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), on_step=drain)
     freeze_gc_heap()  # as vLLM's EngineCore does once it is built
     start = time.process_time()

@@ -45,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
+from capture_setup import attach_hooks, bench_transport
 from replay_args import add_replay_arguments
 
 from tests.support.engine import collector_process
@@ -64,8 +65,8 @@ def build(config: str, args: argparse.Namespace, endpoint: str) -> tuple[Any, An
         make_kv_cache_manager,
     )
     from collector.replay.simulator import Simulator, VirtualClock
-    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-    from engine_hooks.transport import DEFAULT_INTERVAL_S, Transport
+    from engine_hooks import EventBuffer
+    from engine_hooks.transport import DEFAULT_INTERVAL_S
 
     settings = CacheSettings(args.block_size, args.num_blocks)
     manager = make_kv_cache_manager(settings, kv_events=config == "kv-events")
@@ -76,27 +77,13 @@ def build(config: str, args: argparse.Namespace, endpoint: str) -> tuple[Any, An
     if config == "kv-events":
         drain = manager.take_events
     if config not in {"bare", "kv-events"}:
-        hooks = KVCacheHooks(
-            manager,
-            buffer,
-            pseudonymizer=Pseudonymizer(b"bench"),
-            clock=clock,
-            check_collisions=config == "hooks+collisions",
-        ).attach()
+        hooks = attach_hooks(manager, buffer, clock, check_collisions=config == "hooks+collisions")
         drain = buffer.take
     if config == "capture":
-        run_config = {
-            "block_size": settings.block_size,
-            "num_blocks": settings.num_blocks,
-            "hash_algo": settings.hash_algo,
-            "vllm_version": "bench",
-        }
         # Capture's turns take a fifth of the pass's wall time: waking five times less often
         # gives its transport the wakes, and the batches, it gets alone at vLLM's 0.05 s.
         interval_s = DEFAULT_INTERVAL_S * len(CONFIGS)
-        transport = Transport(
-            buffer, endpoint, engine_id="bench", config=run_config, interval_s=interval_s
-        )
+        transport = bench_transport(buffer, endpoint, settings, interval_s=interval_s)
         drain = _nothing  # the transport's thread drains the buffer
     simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), on_step=drain)
     return simulator, transport

@@ -1,0 +1,34 @@
+"""The engine side of capture as the benchmarks build it: kvscope's hooks on a manager, and
+the transport that ships their records to a collector."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+from engine_hooks.transport import Transport
+
+
+def attach_hooks(
+    manager: Any, buffer: EventBuffer, clock: Any, *, check_collisions: bool
+) -> KVCacheHooks:
+    """kvscope's hooks, attached to `manager`, recording into `buffer`."""
+    return KVCacheHooks(
+        manager,
+        buffer,
+        pseudonymizer=Pseudonymizer(b"bench"),
+        clock=clock,
+        check_collisions=check_collisions,
+    ).attach()
+
+
+def bench_transport(buffer: EventBuffer, endpoint: str, settings: Any, **options: Any) -> Transport:
+    """A transport for `buffer`'s records, naming the cache `settings` (a `CacheSettings`) to
+    the collector as an engine would; `options` go to `Transport` (its interval, ...)."""
+    run_config = {
+        "block_size": settings.block_size,
+        "num_blocks": settings.num_blocks,
+        "hash_algo": settings.hash_algo,
+        "vllm_version": "bench",
+    }
+    return Transport(buffer, endpoint, engine_id="bench", config=run_config, **options)
