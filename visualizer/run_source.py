@@ -43,6 +43,12 @@ def _version(path: Path) -> int:
     return path.stat().st_mtime_ns if path.exists() else 0
 
 
+def not_written_yet(path: Path) -> bool:
+    """Neither the run file nor its live copy exists: a collector waiting for its first
+    batch creates the file when that arrives."""
+    return not path.exists() and not live_copy_path(path).exists()
+
+
 def open_run(path: Path) -> RunFile:
     """A run file open for reading, or its live copy while it is being written."""
     return _open(path)[0]
@@ -66,7 +72,7 @@ def runs_in_folder(folder: Path) -> list[Path]:
 def open_current_run() -> RunFile:
     """The chosen run, open for reading; if it cannot be opened, says why and stops the page."""
     path = current_run()
-    if not path.exists() and not live_copy_path(path).exists():
+    if not_written_yet(path):
         st.info(
             f"Waiting for the collector's first batch: {path} does not exist yet. "
             f"`kvscope collect --db {path}` creates it when an engine's first records "

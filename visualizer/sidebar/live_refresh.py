@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from collector.store.run_file import live_copy_path
+from visualizer.run_source import not_written_yet
 
 REFRESH_S = 3.0
 _SEEN_KEY = "live_copy_version"
@@ -18,12 +19,12 @@ def follow(path: Path) -> None:
     """While the run has a live copy, rerun the whole app whenever a newer copy appears;
     while neither the run nor its copy exists (a collector waiting for its first batch),
     rerun it as soon as one does."""
-    copy = live_copy_path(path)
-    if not path.exists() and not copy.exists():
+    if not_written_yet(path):
         st.session_state[_WAITING_KEY] = True
         return
     if st.session_state.pop(_WAITING_KEY, False):
         st.rerun(scope="app")
+    copy = live_copy_path(path)
     if not copy.is_file():
         st.session_state.pop(_SEEN_KEY, None)
         return
