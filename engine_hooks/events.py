@@ -7,15 +7,15 @@ array whose first element is the tag. Common fields come first (`seq`, `ts_ns`,
 their defaults; the collector names them from each batch's header.
 
 Block records (hit, allocate, store, evict, free) describe one operation on one request and
-carry one entry per block in parallel columns, packed: block ids (and reference counts) as
-little-endian int32 (`pack_counts`), block hashes as the low 8 bytes of each, concatenated
-(`pack_hashes`: all the run file keeps of a hash, a quarter of a SHA-256 one). So the engine
-encodes, and the collector decodes and stores, a record's blocks as a few byte strings, not
-an object per block (a capture delivers millions of block rows a minute); the collector
-stores one row per block. In a model with several KV cache groups (hybrid: sliding-window or
-chunked-local layers beside full attention), a hit, allocate or store names its group
-(`kv_group`, vLLM's group index); the collector names the group of each freed or evicted
-block from its allocation (`kv_groups`).
+carry one entry per block in parallel columns, packed: block ids (and a free's reference
+counts, where the hooks send them) as little-endian int32 (`pack_counts`), block hashes as
+the low 8 bytes of each, concatenated (`pack_hashes`: all the run file keeps of a hash, a
+quarter of a SHA-256 one). So the engine encodes, and the collector decodes and stores, a
+record's blocks as a few byte strings, not an object per block (a capture delivers millions
+of block rows a minute); the collector stores one row per block. In a model with several KV
+cache groups (hybrid: sliding-window or chunked-local layers beside full attention), a hit,
+allocate or store names its group (`kv_group`, vLLM's group index); the collector names the
+group of each freed or evicted block from its allocation (`kv_groups`).
 
 Block hashes are vLLM's own hash bytes (`BlockHash`, without the group id suffix),
 never Python `hash()` values. `seq` increases by one per record inside one engine:
@@ -62,9 +62,10 @@ HASH_BYTES = 8  # of each block hash on the wire
 GROUP_ID_BYTES = 4  # after the hash in vLLM's cache key (`BlockHashWithGroupId`)
 # The record stream's meaning, as the collector must read it. 2: the hooks send evictions on
 # reuse, cached-free counts and cleared counts as the collector's to derive (1: they sent
-# them). 3: block records name their KV cache group, and a hit its first position. A
-# collector refuses a stream in another format.
-WIRE_FORMAT = 3
+# them). 3: block records name their KV cache group, and a hit its first position. 4: a
+# `Free` in a dense layout leaves its reference counts to the collector. A collector refuses
+# a stream in another format.
+WIRE_FORMAT = 4
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -166,11 +167,15 @@ class Evict(_Record, tag="evict"):
 
 class Free(_Record, tag="free"):
     """Blocks a request released, with their reference counts after (0: back in the free
-    queue, still cached if hashed). `kv_groups` as in `Evict`: the collector's to fill (vLLM
-    frees a finished request's blocks of every group in one call)."""
+    queue, still cached if hashed). In a dense layout the hooks send `ref_cnts` as None and
+    the collector counts them from the stream (an allocation sets a block's count to 1, a
+    hit adds 1, a free takes 1); in any other they send vLLM's own, for vLLM changes counts
+    there outside the hooked methods too (a Mamba group's copy-on-write). `kv_groups` as in
+    `Evict`: the collector's to fill (vLLM frees a finished request's blocks of every group
+    in one call)."""
 
     block_ids: PackedCounts
-    ref_cnts: PackedCounts
+    ref_cnts: PackedCounts | None = None
     kv_groups: PackedCounts | None = None
 
 

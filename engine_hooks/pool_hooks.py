@@ -281,8 +281,10 @@ class PoolHooks:
         def free_blocks(ordered_blocks: Iterable[KVCacheBlock]) -> None:
             blocks = list(ordered_blocks)
             original(blocks)
+            ref_cnts = None  # in a dense layout, the collector's to count (events.Free)
             if not dense:  # vLLM skips null blocks (it never pools them)
                 blocks = [block for block in blocks if not block.is_null]
+                ref_cnts = pack_counts([block.ref_cnt for block in blocks])
             if not blocks:
                 return
             record = Free(
@@ -290,7 +292,7 @@ class PoolHooks:
                 self._clock(),
                 self._request_id(),
                 pack_counts([block.block_id for block in blocks]),
-                pack_counts([block.ref_cnt for block in blocks]),
+                ref_cnts,
             )
             self._emit([record])
 

@@ -5,15 +5,21 @@ the way never push its counts out of bounds or invent a hash."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from collector.replay.block_manager import CacheSettings
+from collector.replay.simulator import Simulator, StepModel, VirtualClock
+from collector.replay.traces import read_trace
+from collector.store.cache_mirror import CacheMirrors
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import Event
-from engine_hooks.events import Evict, Hit, Pool, Store, unpack_hashes
-from tests.support.block_manager import sample_engine_steps
+from engine_hooks.events import Evict, Free, Hit, Pool, Preempt, Store, unpack_counts, unpack_hashes
+from tests.support.block_manager import make_hooks, make_manager, sample_engine_steps
+from tests.support.repo import SAMPLE_TRACE
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -84,3 +90,31 @@ def test_lost_records_keep_counts_in_bounds_and_invent_no_hash(tmp_path: Path) -
         for record in pools
     )
     assert any(record.num_cached_free for record in pools)
+
+
+def test_the_mirror_counts_references_as_vllm_does() -> None:
+    """A dense layout's `Free` comes without reference counts (events.Free); the mirror's
+    counts are vLLM's own, read off the blocks after every free, with requests sharing
+    blocks and preempted in a pool too small for them all."""
+    manager, block_hasher = make_manager(block_size=16, num_blocks=160)
+    hooks, buffer = make_hooks(manager, clock := VirtualClock())
+    simulator = Simulator(manager, hooks.attach(), clock, block_hasher, lambda: None)
+    hooked_free_blocks = manager.block_pool.free_blocks
+    vllm_counts: list[list[int]] = []
+
+    def free_blocks(ordered_blocks: Iterable[Any]) -> None:
+        blocks = list(ordered_blocks)
+        hooked_free_blocks(blocks)
+        if blocks:
+            vllm_counts.append([block.ref_cnt for block in blocks])
+
+    manager.block_pool.free_blocks = free_blocks
+    simulator.run_timestamps(read_trace(SAMPLE_TRACE)[:150], 16, StepModel(), lambda _: None)
+    records = buffer.take()
+    frees = [record for record in records if isinstance(record, Free)]
+    assert all(record.ref_cnts is None for record in frees)
+    CacheMirrors(160).complete(records)
+    counted = [unpack_counts(record.ref_cnts or b"") for record in frees]
+    assert counted == vllm_counts
+    assert any(count > 0 for counts in counted for count in counts), "blocks shared at a free"
+    assert any(isinstance(record, Preempt) for record in records)

@@ -100,7 +100,7 @@ def check_batch(header: BatchHeader, records: list[Event]) -> None:
             if problem:
                 raise RejectedMessage("inconsistent", f"record {record.seq}: {problem}")
             packed_ids.append(record.block_ids)
-            if isinstance(record, Free):
+            if isinstance(record, Free) and record.ref_cnts is not None:
                 packed_ref_cnts.append(record.ref_cnts)
     block_ids = np.frombuffer(b"".join(packed_ids), dtype="<i4")
     if block_ids.size and not 0 <= block_ids.min() <= block_ids.max() < header.config.num_blocks:
@@ -126,7 +126,7 @@ def _block_columns_problem(
         return f"KV cache group {record.kv_group} of an engine with {num_groups}"
     count = num_blocks(record)
     if isinstance(record, Free):
-        if len(record.ref_cnts) != len(record.block_ids):
+        if record.ref_cnts is not None and len(record.ref_cnts) != len(record.block_ids):
             return "per-block columns of different lengths"
         return None
     if isinstance(record, Allocate):

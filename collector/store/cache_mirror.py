@@ -10,16 +10,20 @@ engine and DP rank, and completes the records with what follows from it:
   stream has named a group other than 0, the blocks in use by each group;
 - a `Reset` gets the number of cached blocks it cleared;
 - a `Free` or an `Evict` gets the KV cache group of each of its blocks: the group of the
-  block's last allocation or reuse (one call of vLLM frees blocks of several groups).
+  block's last allocation or reuse (one call of vLLM frees blocks of several groups);
+- a `Free` the hooks sent without reference counts (a dense layout's) gets them: vLLM sets a
+  block's count to 1 when it hands the block out and adds 1 per hit, and a free takes 1.
 
 Per block the mirror holds the low 64 bits of its hash (as the run file keeps them), whether
-it is cached, whether it sits in vLLM's free queue, and its KV cache group; each record
-updates them with a few array operations, no Python loop per block. The mirror is exact
-while the stream is whole. Records lost on the way (a `Drop`) leave it wrong about the
-blocks they touched until those blocks are stored again: an eviction of a block whose store
-was lost is missed, and the cached-free count can be off (it never goes below 0 or past the
-free count). A hit re-learns the hashes of its blocks. A collector resumed on a run file
-starts from the state the file's rows leave (`RunStore.resume`).
+it is cached, whether it sits in vLLM's free queue, its reference count and its KV cache
+group; each record updates them with a few array operations, no Python loop per block. The
+mirror is exact while the stream is whole. Records lost on the way (a `Drop`) leave it wrong
+about the blocks they touched until those blocks are stored again: an eviction of a block
+whose store was lost is missed, the cached-free count can be off (it never goes below 0 or
+past the free count), and a lost hit or free leaves a block's reference count off until vLLM
+hands the block out again (a count never goes below 0). A hit re-learns the hashes of its
+blocks. A collector resumed on a run file starts from the state the file's rows leave
+(`RunStore.resume`).
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ Engine = tuple[str, int]  # engine id, DP rank
 
 # Per engine and block, what its rows left it: its KV cache group (of its last allocation,
 # hit or store), whether it is cached (stored or hit after its last allocation, eviction and
-# reset), with which hash, and whether it is free (unreferenced after its last allocation,
-# hit, store or free).
+# reset), with which hash, whether it is free (unreferenced after its last allocation, hit,
+# store or free), and its reference count (the count its last allocation or free left, plus
+# the hits since).
 BLOCK_STATES_SQL = """
     WITH block_rows AS (
         SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
@@ -68,15 +73,26 @@ BLOCK_STATES_SQL = """
             arg_max(kind = 'free' AND ref_cnt = 0, seq)
                 FILTER (WHERE kind IN ('store', 'hit', 'allocate', 'free')) AS free,
             arg_max(kv_group, seq)
-                FILTER (WHERE kind IN ('store', 'hit', 'allocate')) AS kv_group
+                FILTER (WHERE kind IN ('store', 'hit', 'allocate')) AS kv_group,
+            max(seq) FILTER (WHERE kind IN ('allocate', 'free')) AS counted_seq,
+            arg_max(CASE WHEN kind = 'free' THEN ref_cnt ELSE 1 END, seq)
+                FILTER (WHERE kind IN ('allocate', 'free')) AS counted
         FROM block_rows GROUP BY ALL
+    ),
+    hits_since AS (
+        SELECT engine, rank, block_id, count(*) AS num_hits
+        FROM block_rows JOIN blocks USING (engine, rank, block_id)
+        WHERE kind = 'hit' AND seq > coalesce(counted_seq, -1)
+        GROUP BY ALL
     )
     SELECT engine, rank, block_id, coalesce(block_hash, 0) AS block_hash,
         coalesce(free, false) AS free, coalesce(kv_group, 0) AS kv_group,
         cached_seq IS NOT NULL
             AND (uncached_seq IS NULL OR cached_seq > uncached_seq)
-            AND (reset_seq IS NULL OR cached_seq > reset_seq) AS cached
+            AND (reset_seq IS NULL OR cached_seq > reset_seq) AS cached,
+        coalesce(counted, 0) + coalesce(num_hits, 0) AS ref_cnt
     FROM blocks LEFT JOIN resets USING (engine, rank)
+        LEFT JOIN hits_since USING (engine, rank, block_id)
     ORDER BY engine, rank, block_id
 """
 
@@ -88,6 +104,7 @@ class CacheMirror:
         self._hashes = np.zeros(num_blocks, dtype=np.uint64)
         self._cached = np.zeros(num_blocks, dtype=bool)
         self._free = np.ones(num_blocks, dtype=bool)  # in vLLM's free queue (as all start)
+        self._ref_cnts = np.zeros(num_blocks, dtype=np.int32)
         self._groups = np.zeros(num_blocks, dtype=np.int32)
         self._num_groups = 1  # the groups the stream has named so far
         self.num_cached_free = 0
@@ -104,6 +121,7 @@ class CacheMirror:
         self._groups[block_ids] = groups
         self._num_groups = max(self._num_groups, int(groups.max(initial=0)) + 1)
         self._free[block_ids] = blocks["free"].to_numpy(bool)  # nothing is cached yet
+        self._ref_cnts[block_ids] = blocks["ref_cnt"].to_numpy(np.int32)
         cached = block_ids[blocks["cached"].to_numpy(bool)]
         self._hashes[cached] = blocks["block_hash"].to_numpy(np.uint64)[blocks["cached"]]
         self._set(cached, cached=True)
@@ -118,11 +136,12 @@ class CacheMirror:
             self._hashes[block_ids] = low_64_bits(record.block_hashes, hash_width(record))
             self._set_group(block_ids, record.kv_group)
             self._set(block_ids, cached=True, free=False)
+            if isinstance(record, Hit):
+                np.add.at(self._ref_cnts, block_ids, 1)
         elif isinstance(record, Free):
             block_ids = self._block_ids(record)
             record.kv_groups = self._groups[block_ids].astype("<i4").tobytes()
-            unreferenced = np.frombuffer(record.ref_cnts, dtype="<i4") == 0
-            self._set(block_ids[unreferenced], free=True)
+            self._free_blocks(record, block_ids)
         elif isinstance(record, Evict):
             block_ids = self._block_ids(record)
             record.kv_groups = self._groups[block_ids].astype("<i4").tobytes()
@@ -146,6 +165,7 @@ class CacheMirror:
         evicted_groups = self._groups[evicted]
         self._set_group(block_ids, record.kv_group)
         self._set(block_ids, cached=False, free=False)
+        self._ref_cnts[block_ids] = 1
         if not evicted.size:
             return None
         return Evict(
@@ -158,6 +178,18 @@ class CacheMirror:
             engine_id=record.engine_id,
             dp_rank=record.dp_rank,
         )
+
+    def _free_blocks(self, record: Free, block_ids: np.ndarray) -> None:
+        """Release the blocks: their counts are the record's, where the hooks sent them, or
+        one less than before (and the record gets them); those at 0 join the free queue."""
+        if record.ref_cnts is None:
+            np.subtract.at(self._ref_cnts, block_ids, 1)
+            ref_cnts = np.maximum(self._ref_cnts[block_ids], 0)
+            record.ref_cnts = ref_cnts.astype("<i4").tobytes()
+        else:
+            ref_cnts = np.frombuffer(record.ref_cnts, dtype="<i4")
+        self._ref_cnts[block_ids] = ref_cnts
+        self._set(block_ids[ref_cnts == 0], free=True)
 
     def _set_group(self, block_ids: np.ndarray, group: int) -> None:
         self._groups[block_ids] = group
@@ -172,7 +204,7 @@ class CacheMirror:
         """Grow the arrays to hold every block id (the run's pool size is a first guess)."""
         if block_ids.size and int(block_ids.max()) >= self._cached.size:
             size = max(int(block_ids.max()) + 1, 2 * self._cached.size)
-            for name in ("_hashes", "_cached", "_free", "_groups"):
+            for name in ("_hashes", "_cached", "_free", "_ref_cnts", "_groups"):
                 array = getattr(self, name)
                 grown = np.full(size, name == "_free", dtype=array.dtype)
                 grown[: array.size] = array

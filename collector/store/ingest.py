@@ -258,8 +258,9 @@ def _per_block_column(column: str, records: list[Any], field: str) -> pa.Array:
         return pa.array(entries, type=EVENT_COLUMNS[column])
     if column == "block_hash":
         return _packed_hashes(records)
-    # Every packed column is the hooks' but `kv_groups`, which the collector's mirror fills
-    # (collector/store/cache_mirror.py): a record it did not complete is of group 0.
+    # Every packed column is the hooks' but `kv_groups` and a dense layout's `ref_cnts`, which
+    # the collector's mirror fills (collector/store/cache_mirror.py): a record it did not
+    # complete is of group 0 (and counts 0).
     packed = b"".join(getattr(record, field) or bytes(len(record.block_ids)) for record in records)
     return pa.array(np.frombuffer(packed, dtype="<i4"), type=EVENT_COLUMNS[column])
 
