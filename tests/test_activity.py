@@ -25,6 +25,7 @@ def test_window_figures(run_file: RunFile) -> None:
         "prompt_tokens": 20,
         "hit_tokens": 12,
         "hit_tokens_squared": 80,
+        "prompt_tokens_squared": 12**2 + 8**2,
         "prompt_blocks": 5,
         "hit_blocks": 3,
         "block_hits": 3,

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.model import cost
 from collector.queries import activity, prefix_tree, roi
 from collector.queries.summary import run_summary
 from collector.queries.timeline import time_grid
@@ -34,7 +33,7 @@ CHART_TRACES = {
     "views/overview.py": [2, 2, 2, 3],  # integrity: a badge, the sample has nothing wrong
     "views/hotspots.py": [1, 1, 1, 2],
     "views/prefix_tree.py": [4],
-    "views/roi.py": [2, 2, 2],
+    "views/roi.py": [2, 1, 1],
     "views/free_blocks.py": [5],
     "views/collisions.py": [2],
     "views/tenants.py": [2, 2, 1],
@@ -224,20 +223,34 @@ def test_roi_inputs_change_every_estimate() -> None:
     assert not app.exception, app.exception
     with RunFile.open(SAMPLE_RUN) as run_file:
         window = time_grid(run_file).whole_run()
-        figures = activity.window_figures(run_file, window)
-        held = roi.held_block_seconds(run_file, window)
-    expected = cost.roi_figures(
-        cost.CostModel(dollars_per_gpu_hour=5.0),
-        hit_tokens=figures["hit_tokens"],
-        hit_tokens_squared=figures["hit_tokens_squared"],
-        block_seconds=held,
-        block_size=16,
-        duration_s=window.duration_s,
-    )
+        totals = run_file.row(
+            "SELECT count(*), sum(num_prompt_tokens), sum(num_prompt_tokens::BIGINT ** 2), "
+            "sum(num_hit_tokens), sum(num_hit_tokens::BIGINT ** 2) "
+            "FROM events WHERE kind = 'lookup' AND NOT preempted"
+        )
+    assert totals is not None
+    requests, prompt, prompt_squared, hit, hit_squared = totals
+    # By hand, Llama-3.1-8B on an H100 SXM at 40 % MFU: 2 x parameters FLOPs per token, plus
+    # 2 x layers x (heads x head size) x h x (h + 1) of causal attention.
+    per_second = 989e12 * 0.40
+
+    def seconds(tokens: float, squared: float) -> float:
+        return (2 * 8.03e9 * tokens + 2 * 32 * 4096 * (squared + tokens)) / per_second
+
+    uncached_ms = 1000 * seconds(prompt, prompt_squared) / requests
+    saved_s = seconds(hit, hit_squared)
+    cached_ms = uncached_ms - 1000 * saved_s / requests
+    day = 86_400 / window.duration_s
     after = metrics(app)
-    assert after["Compute saved"] == f"${expected['dollars_saved']:,.4g}"
-    assert after["GPU-seconds saved"] == before["GPU-seconds saved"]
+    assert after["Prefill per request, uncached"] == f"{uncached_ms:,.1f} ms"
+    cut = (cached_ms - uncached_ms) / uncached_ms
+    assert after["With the prefix cache"] == f"{cached_ms:,.1f} ms ({cut:+.0%})"
+    assert after["GPU-hours saved per day"] == f"{saved_s * day / 3600:,.3g}"
+    assert after["Saved per day"] == f"${saved_s * day / 3600 * 5.0:,.2f}"
+    assert before["Saved per day"] == f"${saved_s * day / 3600 * 2.5:,.2f}"
+    assert after["GPU-seconds saved"] == before["GPU-seconds saved"] == f"{saved_s:,.1f}"
     assert "$5/GPU-hour" in captions(app)
+    assert f"{requests:,} requests in {window.duration_s:,.1f} s" in captions(app)
     # The assumptions are stated once, and the prefix chart says how many families it shows.
     assert sum("Assumed:" in caption.value for caption in app.caption) == 1
     with RunFile.open(SAMPLE_RUN) as run_file:

@@ -51,8 +51,6 @@ def test_gpu_seconds_and_money() -> None:
     flops = 989e12 * 0.4 * 3600  # one GPU-hour of work at 40 % MFU
     assert MODEL.gpu_seconds(flops) == pytest.approx(3600.0)
     assert MODEL.dollars(3600.0) == 2.5
-    # 80 GB held for an hour is the whole GPU's price.
-    assert MODEL.memory_dollars(80e9 * 3600) == pytest.approx(2.5)
 
 
 def test_held_block_seconds(run_file: RunFile) -> None:
@@ -95,7 +93,10 @@ def test_pricing() -> None:
     assert priced["dollars_saved"] == pytest.approx(flops / (989e12 * 0.4) / 3600 * 2.5)
     # One block-hour of 512 KiB blocks (block size 4).
     assert priced["gb_hours_held"] == pytest.approx(4 * 128 * 1024 / 1e9)
-    assert priced["memory_dollars"] == pytest.approx(4 * 128 * 1024 / 80e9 * 2.5)
+    # Over a window of 6 hours, a day is 4 such windows.
+    daily = cost.per_day(cost.price_prompts(frame, MODEL, 4), 6 * 3600.0).iloc[0]
+    assert daily["dollars_per_day"] == pytest.approx(4 * priced["dollars_saved"])
+    assert daily["gpu_hours_per_day"] == pytest.approx(4 * priced["gpu_seconds_saved"] / 3600)
     blocks = pd.DataFrame({"block_hits": [2], "position_hits": [1], "block_seconds": [0.0]})
     assert cost.price_blocks(blocks, MODEL, 4).iloc[0]["gpu_seconds_saved"] == pytest.approx(
         priced["gpu_seconds_saved"]
@@ -103,19 +104,26 @@ def test_pricing() -> None:
 
 
 def test_roi_figures_and_over_time() -> None:
+    # Two requests in an hour: prompts of 1,000 and 3,000 tokens, hits of 0 and 2,000.
+    prompts = cost.PromptTotals(2, 4_000, 1_000**2 + 3_000**2, 2_000, 2_000**2)
     totals = cost.roi_figures(
-        MODEL,
-        hit_tokens=8,
-        hit_tokens_squared=64,
-        block_seconds=7200.0,
-        block_size=16,
-        duration_s=3600.0,
+        MODEL, prompts, block_seconds=7200.0, block_size=16, duration_s=3600.0
     )
+    # By hand: 2 * 8.03e9 FLOPs per token, plus 2 * 32 layers * 4096 * h * (h + 1).
+    per_second = 989e12 * 0.4
+
+    def flops(tokens: int) -> float:
+        return 2 * 8.03e9 * tokens + 2 * 32 * 4096 * tokens * (tokens + 1)
+
+    uncached = (flops(1_000) + flops(3_000)) / per_second
+    saved = flops(2_000) / per_second
+    assert totals["prefill_ms_uncached"] == pytest.approx(1000 * uncached / 2)
+    assert totals["prefill_ms_cached"] == pytest.approx(1000 * (uncached - saved) / 2)
+    assert totals["gpu_seconds_saved"] == pytest.approx(saved)
+    assert totals["gpu_hours_per_day"] == pytest.approx(saved * 24 / 3600)
+    assert totals["dollars_per_day"] == pytest.approx(saved * 24 / 3600 * 2.5)
+    assert totals["requests_per_hour"] == 2
     assert totals["mean_gb_held"] == pytest.approx(2 * 2 * 1024 * 1024 / 1e9)
-    assert totals["gb_hours_held"] == pytest.approx(2 * 2 * 1024 * 1024 / 1e9)
-    assert totals["return_ratio"] == pytest.approx(
-        totals["dollars_saved"] / totals["memory_dollars"]
-    )
     points = pd.DataFrame(
         {"t_s": [0.0, 1.0], "width_s": [1.0, 1.0], "hit_tokens": [0, 8],
          "hit_tokens_squared": [0, 64], "cached_blocks": [10, 20]}
@@ -129,6 +137,5 @@ def test_roi_figures_and_over_time() -> None:
         "TFLOP/s peak, 40% MFU, $2.5/GPU-hour"
     )
     assert MODEL.memory_assumptions(16) == (
-        "2 MiB per block = 2 x 32 layers x 8 KV heads x 128 x 2 bytes x 16 tokens; priced "
-        "as a share of 80 GB at $2.5/GPU-hour"
+        "2 MiB per block = 2 x 32 layers x 8 KV heads x 128 x 2 bytes x 16 tokens"
     )

@@ -43,24 +43,26 @@ def test_time_rollup_rows(run_file: RunFile) -> None:
     table = rows(
         run_file,
         "SELECT bucket, requests, prompt_tokens, hit_tokens, prompt_blocks, hit_blocks, "
-        "hit_tokens_squared, block_hits, stores, evictions, preemptions, collisions, "
-        "dropped_events, pool_rows, min_free FROM time_rollup ORDER BY bucket",
+        "hit_tokens_squared, prompt_tokens_squared, block_hits, stores, evictions, "
+        "preemptions, collisions, dropped_events, pool_rows, min_free FROM time_rollup "
+        "ORDER BY bucket",
     )
     common = {"preemptions": 0, "collisions": 0, "dropped_events": 0, "pool_rows": 2}
     assert table == [
         {"bucket": 0, "requests": 1, "prompt_tokens": 8, "hit_tokens": 0, "prompt_blocks": 2,
-         "hit_blocks": 0, "hit_tokens_squared": 0, "block_hits": 0, "stores": 2,
-         "evictions": 0, "min_free": 3, **common},
+         "hit_blocks": 0, "hit_tokens_squared": 0, "prompt_tokens_squared": 64,
+         "block_hits": 0, "stores": 2, "evictions": 0, "min_free": 3, **common},
         # b0 hit a0's two blocks: 8 tokens, 8^2 = 64 for the attention term.
         {"bucket": 200, "requests": 1, "prompt_tokens": 12, "hit_tokens": 8,
-         "prompt_blocks": 3, "hit_blocks": 2, "hit_tokens_squared": 64, "block_hits": 2,
-         "stores": 1, "evictions": 0, "min_free": 2, **common},
+         "prompt_blocks": 3, "hit_blocks": 2, "hit_tokens_squared": 64,
+         "prompt_tokens_squared": 144, "block_hits": 2, "stores": 1, "evictions": 0,
+         "min_free": 2, **common},
         {"bucket": 400, "requests": 1, "prompt_tokens": 8, "hit_tokens": 4, "prompt_blocks": 2,
-         "hit_blocks": 1, "hit_tokens_squared": 16, "block_hits": 1, "stores": 1,
-         "evictions": 0, "min_free": 3, **common},
+         "hit_blocks": 1, "hit_tokens_squared": 16, "prompt_tokens_squared": 64,
+         "block_hits": 1, "stores": 1, "evictions": 0, "min_free": 3, **common},
         {"bucket": 600, "requests": 1, "prompt_tokens": 8, "hit_tokens": 0, "prompt_blocks": 2,
-         "hit_blocks": 0, "hit_tokens_squared": 0, "block_hits": 0, "stores": 2,
-         "evictions": 1, "min_free": 3, **common},
+         "hit_blocks": 0, "hit_tokens_squared": 0, "prompt_tokens_squared": 64,
+         "block_hits": 0, "stores": 2, "evictions": 1, "min_free": 3, **common},
     ]  # fmt: skip
 
 
@@ -159,5 +161,5 @@ def test_sample_rollups_match_the_raw_event_figures() -> None:
         summary = run_summary(run_file)
         figures = activity.window_figures(run_file, time_grid(run_file).whole_run())
     for name, value in figures.items():
-        if name != "hit_tokens_squared":
+        if name not in {"hit_tokens_squared", "prompt_tokens_squared"}:
             assert value == summary[name], name

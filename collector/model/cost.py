@@ -1,16 +1,22 @@
-"""Return on the prefix cache: compute its hits saved (GPU-seconds, money) against the memory
-its cached blocks held, from an explicit, editable cost model.
+"""Return on the prefix cache: the prefill compute its hits saved, as time per request (the
+TTFT a hit takes off), GPU-hours and money per day at the run's request rate, from an
+explicit, editable cost model.
 
-Compute saved by h hit tokens of one prompt (prefill FLOPs, causal attention):
+Prefill compute of a prompt's first h tokens (FLOPs, causal attention):
     2 * parameters * h                       (every weight matrix, once per token)
   + 2 * layers * (heads * head size) * h * (h + 1)
                                              (token p attends to p + 1 keys: QK^T and AV,
                                               2 FLOPs per multiply-add each)
-GPU-seconds = FLOPs / (peak FLOP/s * MFU); money = GPU-seconds / 3600 * $/hour.
+A hit on those h tokens saves exactly that: the tokens after them attend to the same keys
+either way. Prefill time = FLOPs / (peak FLOP/s * MFU): the GPU time of one prompt's
+prefill, the part of its TTFT the cache can take off (queueing and batching add to it).
+GPU-seconds saved over a window, scaled to a day at the window's request rate, give GPU-hours
+per day; money = GPU-hours * $/GPU-hour.
 A block hit at position k (block size b) saves the same terms for its b tokens, so per block
 hash: hits * (2 * parameters * b + 2 * layers * width * b * (2 * k * b + b + 1)).
-Memory: a cached block holds 2 (K and V) * layers * KV heads * head size * dtype bytes * b
-bytes; holding it is priced as its share of the GPU's memory at the GPU's $/hour.
+Memory held: a cached block holds 2 (K and V) * layers * KV heads * head size * dtype bytes
+* b bytes. vLLM allocates the KV cache up front, so what cached blocks hold is shown as
+memory, not priced.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ Numbers = TypeVar("Numbers", float, pd.Series)
 
 
 SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_DAY = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -91,11 +98,6 @@ class CostModel:
     def dollars(self, gpu_seconds: Numbers) -> Numbers:
         return gpu_seconds / SECONDS_PER_HOUR * self.dollars_per_gpu_hour
 
-    def memory_dollars(self, byte_seconds: Numbers) -> Numbers:
-        """The memory's share of the GPU's price, for bytes held over seconds."""
-        gpu_hours = byte_seconds / (self.gpu_memory_gb * BYTES_PER_GB) / SECONDS_PER_HOUR
-        return gpu_hours * self.dollars_per_gpu_hour
-
     def compute_assumptions(self) -> str:
         """The compute assumptions, in one line, to print next to an estimate."""
         return (
@@ -110,14 +112,13 @@ class CostModel:
         return (
             f"{self.kv_bytes_per_block(block_size) / 2**20:.3g} MiB per block = 2 x "
             f"{self.num_layers} layers x {self.num_kv_heads} KV heads x {self.head_size} x "
-            f"{self.kv_dtype_bytes} bytes x {block_size} tokens; priced as a share of "
-            f"{self.gpu_memory_gb:g} GB at ${self.dollars_per_gpu_hour:g}/GPU-hour"
+            f"{self.kv_dtype_bytes} bytes x {block_size} tokens"
         )
 
 
 def price_prompts(frame: pd.DataFrame, model: CostModel, block_size: int) -> pd.DataFrame:
     """Rows with hit_tokens, hit_tokens_squared and block_seconds, priced: GPU-seconds and
-    dollars saved, GB-hours held and what holding them cost."""
+    dollars saved, and the GB-hours their cached blocks held."""
     flops = model.prompt_flops(frame["hit_tokens"], frame["hit_tokens_squared"])
     return _priced(frame, model, block_size, flops)
 
@@ -135,7 +136,16 @@ def _priced(frame: pd.DataFrame, model: CostModel, block_size: int, flops: Any) 
         gpu_seconds_saved=gpu_seconds,
         dollars_saved=model.dollars(gpu_seconds),
         gb_hours_held=byte_seconds / BYTES_PER_GB / SECONDS_PER_HOUR,
-        memory_dollars=model.memory_dollars(byte_seconds),
+    )
+
+
+def per_day(priced: pd.DataFrame, duration_s: float) -> pd.DataFrame:
+    """Priced rows with their savings scaled to a day at the window's rate (0 for an empty
+    window): GPU-hours and dollars per day."""
+    scale = SECONDS_PER_DAY / duration_s if duration_s > 0 else 0.0
+    return priced.assign(
+        gpu_hours_per_day=priced["gpu_seconds_saved"] * scale / SECONDS_PER_HOUR,
+        dollars_per_day=priced["dollars_saved"] * scale,
     )
 
 
@@ -157,32 +167,46 @@ def savings_over_time(points: pd.DataFrame, model: CostModel, block_size: int) -
     )
 
 
+@dataclass(frozen=True)
+class PromptTotals:
+    """A window's prompts as the ROI needs them: how many, and the sums of their prompt and
+    hit tokens and of their squares (`activity.window_figures`)."""
+
+    requests: int
+    prompt_tokens: int
+    prompt_tokens_squared: int
+    hit_tokens: int
+    hit_tokens_squared: int
+
+
 def roi_figures(
     model: CostModel,
+    prompts: PromptTotals,
     *,
-    hit_tokens: float,
-    hit_tokens_squared: float,
     block_seconds: float,
     block_size: int,
     duration_s: float,
 ) -> dict[str, float]:
-    """The window's compute saved and memory held, priced with `model`."""
-    totals = pd.DataFrame(
-        {
-            "hit_tokens": [hit_tokens],
-            "hit_tokens_squared": [hit_tokens_squared],
-            "block_seconds": [block_seconds],
-        }
+    """The window's savings priced with `model`: per request, the prefill time of its prompt
+    uncached and with its hit (mean, ms); in the window, GPU-seconds and dollars saved; per
+    day at the window's rate, GPU-hours and dollars saved; and the GB its cached blocks held
+    on average."""
+    uncached_s = model.gpu_seconds(
+        model.prompt_flops(float(prompts.prompt_tokens), float(prompts.prompt_tokens_squared))
     )
-    row = price_prompts(totals, model, block_size).iloc[0]
+    saved_s = model.gpu_seconds(
+        model.prompt_flops(float(prompts.hit_tokens), float(prompts.hit_tokens_squared))
+    )
+    requests = prompts.requests
+    scale = SECONDS_PER_DAY / duration_s if duration_s > 0 else 0.0
     gb_seconds = block_seconds * model.kv_bytes_per_block(block_size) / BYTES_PER_GB
     return {
-        "gpu_seconds_saved": float(row["gpu_seconds_saved"]),
-        "dollars_saved": float(row["dollars_saved"]),
-        "gb_hours_held": float(row["gb_hours_held"]),
-        "mean_gb_held": gb_seconds / duration_s if duration_s else 0.0,
-        "memory_dollars": float(row["memory_dollars"]),
-        "return_ratio": (
-            float(row["dollars_saved"] / row["memory_dollars"]) if row["memory_dollars"] else 0.0
-        ),
+        "prefill_ms_uncached": 1000 * uncached_s / requests if requests else 0.0,
+        "prefill_ms_cached": 1000 * (uncached_s - saved_s) / requests if requests else 0.0,
+        "gpu_seconds_saved": saved_s,
+        "dollars_saved": model.dollars(saved_s),
+        "gpu_hours_per_day": saved_s * scale / SECONDS_PER_HOUR,
+        "dollars_per_day": model.dollars(saved_s) * scale,
+        "requests_per_hour": requests * SECONDS_PER_HOUR / duration_s if duration_s > 0 else 0.0,
+        "mean_gb_held": gb_seconds / duration_s if duration_s > 0 else 0.0,
     }

@@ -11,12 +11,13 @@ from collector.model.time_window import TimeWindow
 from collector.queries.summary import HeadlineFigures, hit_ratio
 from collector.store.run_file import RunFile
 
-# Summed per bucket in `time_rollup`; all but hit_tokens_squared are `run_summary` figures.
+# Summed per bucket in `time_rollup`; all but the squares are `run_summary` figures.
 _SUMMED = (
     "requests",
     "prompt_tokens",
     "hit_tokens",
     "hit_tokens_squared",
+    "prompt_tokens_squared",
     "prompt_blocks",
     "hit_blocks",
     "block_hits",
@@ -30,10 +31,11 @@ _SUMMED = (
 
 
 class WindowFigures(HeadlineFigures):
-    """The headline figures counted inside a window, and the squared hit tokens the ROI's
-    attention term needs."""
+    """The headline figures counted inside a window, and the sums of squared hit and prompt
+    tokens the ROI's attention term needs."""
 
     hit_tokens_squared: int
+    prompt_tokens_squared: int
 
 
 def window_figures(run: RunFile, window: TimeWindow) -> WindowFigures:

@@ -85,6 +85,8 @@ WITH event_buckets AS (
         sum(num_hit_blocks) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_blocks,
         sum(CAST(num_hit_tokens AS BIGINT) * num_hit_tokens)
             FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_tokens_squared,
+        sum(CAST(num_prompt_tokens AS BIGINT) * num_prompt_tokens)
+            FILTER (WHERE kind = 'lookup' AND NOT preempted) AS prompt_tokens_squared,
         count(*) FILTER (WHERE kind = 'hit') AS block_hits,
         count(*) FILTER (WHERE kind = 'store') AS stores,
         count(*) FILTER (WHERE kind = 'evict') AS evictions,
@@ -119,6 +121,7 @@ SELECT
     CAST(coalesce(prompt_blocks, 0) AS BIGINT) AS prompt_blocks,
     CAST(coalesce(hit_blocks, 0) AS BIGINT) AS hit_blocks,
     CAST(coalesce(hit_tokens_squared, 0) AS BIGINT) AS hit_tokens_squared,
+    CAST(coalesce(prompt_tokens_squared, 0) AS BIGINT) AS prompt_tokens_squared,
     coalesce(block_hits, 0) AS block_hits,
     coalesce(stores, 0) AS stores,
     coalesce(evictions, 0) AS evictions,

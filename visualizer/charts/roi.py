@@ -1,11 +1,11 @@
-"""ROI charts: compute saved against memory held, over time, per tenant and per prefix."""
+"""ROI charts: compute saved over time (against memory held), per tenant and per prefix."""
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, LAYOUT, per_point, styled, two_axes_figure
+from visualizer.charts.theme import COLORS, per_point, styled, two_axes_figure
 
 
 def savings_over_time_figure(series: pd.DataFrame) -> go.Figure:
@@ -33,38 +33,29 @@ def savings_over_time_figure(series: pd.DataFrame) -> go.Figure:
     )
 
 
-def saved_vs_held_figure(priced: pd.DataFrame, label_column: str, title: str) -> go.Figure:
-    """Dollars saved by hits and dollars of memory held, side by side per row (rows top
-    down in the frame's order)."""
+def saved_per_day_figure(priced: pd.DataFrame, label_column: str, title: str) -> go.Figure:
+    """Dollars saved per day at the window's rate, a bar per row (rows top down in the
+    frame's order); the hover adds GPU-hours per day and the GB-hours the row's cached
+    blocks held."""
     labels = priced[label_column].astype(str)
-    figure = go.Figure()
-    figure.add_bar(
-        y=labels,
-        x=priced["dollars_saved"],
-        orientation="h",
-        name="$ of compute saved",
-        marker_color=COLORS["tokens"],
-        customdata=priced["gpu_seconds_saved"],
-        hovertemplate="%{y}: $%{x:.3g} saved (%{customdata:.3g} GPU-s)<extra></extra>",
-    )
-    figure.add_bar(
-        y=labels,
-        x=priced["memory_dollars"],
-        orientation="h",
-        name="$ of memory held",
-        marker_color=COLORS["cached_free"],
-        customdata=priced["gb_hours_held"],
-        hovertemplate="%{y}: $%{x:.3g} of memory (%{customdata:.3g} GB-h)<extra></extra>",
+    figure = go.Figure(
+        go.Bar(
+            y=labels,
+            x=priced["dollars_per_day"],
+            orientation="h",
+            name="$ saved per day",
+            marker_color=COLORS["tokens"],
+            customdata=priced[["gpu_hours_per_day", "gb_hours_held"]].to_numpy(),
+            hovertemplate="%{y}: $%{x:,.2f} a day (%{customdata[0]:.3g} GPU-h a day); "
+            "its cached blocks held %{customdata[1]:.3g} GB-h<extra></extra>",
+        )
     )
     return styled(
         figure,
         title=title,
-        xaxis_title="dollars",
+        xaxis_title="$ saved per day at this window's rate",
         yaxis={"type": "category", "autorange": "reversed", "automargin": True},
-        barmode="group",
-        height=max(360, 44 * len(priced) + 160),
+        height=max(360, 32 * len(priced) + 160),
         hovermode="closest",
-        # Under the axis title whatever the chart's height: pinned to the container.
-        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
-        margin=LAYOUT["margin"] | {"b": 80},
+        showlegend=False,
     )

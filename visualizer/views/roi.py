@@ -1,5 +1,6 @@
-"""ROI: compute the prefix cache's hits saved (GPU-seconds, money) against the memory its
-cached blocks held, over time, per tenant and per prefix; every assumption editable."""
+"""ROI: what the prefix cache's hits saved, as prefill time per request (the TTFT a hit takes
+off) and GPU-hours and dollars per day at the run's rate, over time, per tenant and per
+prefix; every assumption editable."""
 
 from __future__ import annotations
 
@@ -26,25 +27,38 @@ def render() -> None:
     block_size = int(run_config(run)["block_size"])
     st.title("Return on the prefix cache")
     st.caption(
-        f"Showing {window_caption(window, run)}. Estimates, not measurements: "
-        "compute saved = prefill FLOPs of the hit tokens (2 x parameters x tokens, plus "
-        "causal attention), run at the assumed MFU; memory = cached blocks x bytes per block, "
-        "priced as its share of the GPU."
+        f"Showing {window_caption(window, run)}. Estimates, not measurements: a prompt's "
+        "prefill time is its prefill FLOPs (2 x parameters x tokens, plus causal attention) "
+        "run on the assumed GPU at the assumed MFU, the part of its TTFT the cache can take "
+        "off (queueing and batching add to it); a hit saves the FLOPs of the tokens it covers."
     )
     model = cost_inputs.render()
-    compute_note = f"Assumed: {model.compute_assumptions()}."
-    memory_note = f"Assumed: {model.memory_assumptions(block_size)}."
     figures = activity.window_figures(run, window)
+    prompts = cost.PromptTotals(
+        figures["requests"],
+        figures["prompt_tokens"],
+        figures["prompt_tokens_squared"],
+        figures["hit_tokens"],
+        figures["hit_tokens_squared"],
+    )
     totals = cost.roi_figures(
         model,
-        hit_tokens=figures["hit_tokens"],
-        hit_tokens_squared=figures["hit_tokens_squared"],
+        prompts,
         block_seconds=roi.held_block_seconds(run, window),
         block_size=block_size,
         duration_s=window.duration_s,
     )
-    _metrics(totals, compute_note, memory_note)
-    st.caption(f"{compute_note} {memory_note} Every chart below assumes the same.")
+    _metrics(totals)
+    st.caption(
+        f"Per day at this window's rate: {figures['requests']:,} requests in "
+        f"{window.duration_s:,.1f} s, {totals['requests_per_hour']:,.0f} an hour. "
+        f"Cached blocks held {totals['mean_gb_held']:,.3g} GB of KV cache on average, "
+        f"{totals['mean_gb_held'] / model.gpu_memory_gb:.1%} of the GPU's "
+        f"{model.gpu_memory_gb:g} GB (vLLM allocates the KV cache up front: shown, not "
+        "priced). "
+        f"Assumed: {model.compute_assumptions()}; {model.memory_assumptions(block_size)}. "
+        "Every chart below assumes the same."
+    )
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")
@@ -54,16 +68,17 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         usage = tenants.tenant_usage(run, window)
-        priced = cost.price_prompts(usage, model, block_size).assign(label=usage_label(usage))
-        figure = roi_charts.saved_vs_held_figure(priced, "label", "Per tenant and adapter")
+        priced = cost.per_day(cost.price_prompts(usage, model, block_size), window.duration_s)
+        priced = priced.assign(label=usage_label(usage))
+        figure = roi_charts.saved_per_day_figure(priced, "label", "Per tenant and adapter")
         show_chart(figure, priced, key="roi_tenants")
     with right:
         prefixes = _labelled(roi.prefix_savings(run, window, TOP_PREFIXES))
         if prefixes.empty:
             st.info("No prefix was hit in this time range.")
             return
-        priced = cost.price_blocks(prefixes, model, block_size)
-        figure = roi_charts.saved_vs_held_figure(priced, "label", "Per prefix family")
+        priced = cost.per_day(cost.price_blocks(prefixes, model, block_size), window.duration_s)
+        figure = roi_charts.saved_per_day_figure(priced, "label", "Per prefix family")
         show_chart(figure, priced, key="roi_prefixes")
         shown = (
             f"the {TOP_PREFIXES} most hit are shown"
@@ -76,20 +91,26 @@ def render() -> None:
         )
 
 
-def _metrics(totals: dict[str, float], compute_note: str, memory_note: str) -> None:
+def _metrics(totals: dict[str, float]) -> None:
+    uncached, cached = totals["prefill_ms_uncached"], totals["prefill_ms_cached"]
+    cut = f" ({(cached - uncached) / uncached:+.0%})" if uncached else ""
     metric_row(
         {
+            "Prefill per request, uncached": f"{uncached:,.1f} ms",
+            "With the prefix cache": f"{cached:,.1f} ms{cut}",
+            "GPU-hours saved per day": f"{totals['gpu_hours_per_day']:,.3g}",
+            "Saved per day": f"${totals['dollars_per_day']:,.2f}",
             "GPU-seconds saved": f"{totals['gpu_seconds_saved']:,.1f}",
-            "Compute saved": f"${totals['dollars_saved']:,.4g}",
-            "Memory held (mean)": f"{totals['mean_gb_held']:,.3g} GB",
-            "Memory cost": f"${totals['memory_dollars']:,.4g}",
-            "Saved per $ of memory": f"{totals['return_ratio']:,.3g}x",
         },
         {
-            "GPU-seconds saved": compute_note,
-            "Compute saved": compute_note,
-            "Memory held (mean)": memory_note,
-            "Memory cost": memory_note,
+            "Prefill per request, uncached": "The mean prefill time of the window's prompts "
+            "with nothing cached: the TTFT floor without the prefix cache.",
+            "With the prefix cache": "The mean prefill time of the same prompts less what "
+            "their hits covered.",
+            "GPU-hours saved per day": "GPU time the hits saved, at the window's request rate "
+            "for 24 hours.",
+            "Saved per day": "Those GPU-hours at the assumed $ per GPU-hour.",
+            "GPU-seconds saved": "GPU time the hits saved in this window.",
         },
     )
 
