@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -16,11 +17,14 @@ def heatmap_figure(heat: pd.DataFrame, measure: str, block_bin_size: int) -> go.
         index="block_start", columns="t_s", values=measure, aggfunc="sum", fill_value=0
     )
     bins = "block" if block_bin_size == 1 else f"{block_bin_size} blocks"
+    counts = grid.to_numpy(dtype=float, copy=True)
+    counts[counts == 0] = np.nan  # nothing happened there: left blank, not tinted
     figure = go.Figure(
         go.Heatmap(
             x=grid.columns,
             y=grid.index,
-            z=grid.to_numpy(),
+            z=counts,
+            hoverongaps=False,
             colorscale=HEAT_SCALES[measure],
             colorbar={"title": {"text": measure}},
             hovertemplate=(
