@@ -11,6 +11,16 @@ events carry its trace time):
                                               block 3, evicting B3 (the LRU free block)
 The run spans 30 ms: the rollup grid has 50 us buckets, and the four requests fall in
 buckets 0, 200, 400 and 600.
+
+EVICTIONS (block size 4, six blocks: five usable, in vLLM's free queue as 1-5; sequential
+timing; families X, Y and Z under their first blocks X1, Y1 and Z1):
+  x0  t=0 ms   tenant x   tokens 1-8      stores X1, X2 in blocks 1, 2; frees them: the
+                                          queue is 3 4 5 2 1 (a request's tail goes first)
+  y0  t=10 ms  tenant y   tokens 101-112  stores Y1-Y3 in blocks 3-5; queue 2 1 5 4 3
+  z0  t=20 ms  tenant y   tokens 201-212  takes blocks 2, 1, 5: evicts X2, X1 and Y3
+  x1  t=30 ms  tenant x   tokens 1-8      X was evicted: takes blocks 4, 3, evicting Y2 and
+                                          Y1, and stores X1, X2 again (10 ms after z0
+                                          evicted them: both needed again)
 """
 
 from __future__ import annotations
@@ -77,3 +87,27 @@ def stored_hashes(run_file: RunFile) -> dict[str, int]:
 def hex_names(run_file: RunFile) -> dict[str, str]:
     """The same blocks as 16 hex digits (how pages name them)."""
     return {name: f"{value:016x}" for name, value in stored_hashes(run_file).items()}
+
+
+EVICTIONS: list[dict[str, Any]] = [
+    {"request_id": "x0", "timestamp": 0, "token_ids": list(range(1, 9)), "tenant": "x"},
+    {"request_id": "y0", "timestamp": 10, "token_ids": list(range(101, 113)), "tenant": "y"},
+    {"request_id": "z0", "timestamp": 20, "token_ids": list(range(201, 213)), "tenant": "y"},
+    {"request_id": "x1", "timestamp": 30, "token_ids": list(range(1, 9)), "tenant": "x"},
+]
+
+
+def evictions_run(directory: Path) -> Path:
+    """The EVICTIONS run, tenants revealed."""
+    rows = [{**row, "output_length": 0} for row in EVICTIONS]
+    directory.mkdir(parents=True, exist_ok=True)
+    return tiny_run(directory, rows, block_size=4, num_blocks=6, reveal_tenants=True)
+
+
+def family_roots(run_file: RunFile) -> dict[str, int]:
+    """The EVICTIONS run's families by name: the hash of each one's first block."""
+    rows = run_file.rows(
+        "SELECT request_id, block_hash FROM events WHERE kind = 'store' AND block_position = 0"
+    )
+    names = {"x0": "X", "y0": "Y", "z0": "Z"}
+    return {names[request]: int(block_hash) for request, block_hash in rows if request in names}

@@ -1,18 +1,25 @@
-"""Free-block timeline: how close the pool ran to empty, and what it evicted meanwhile."""
+"""Free-block timeline: how close the pool ran to empty, what it evicted meanwhile, and what
+evicted what (prefix families or tenants), with the evictions regretted most."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from collector.queries import activity
+from collector.model.time_window import TimeWindow
+from collector.queries import activity, evictions
 from collector.queries.config import run_config
+from collector.queries.hotspots import hash_hex
 from collector.queries.pool import (
     LOW_FREE_FRACTION,
     free_block_extremes,
     low_free_periods,
     pool_timeline,
 )
+from collector.store.run_file import RunFile
+from visualizer.charts.evictions import eviction_matrix_figure, top_cells
 from visualizer.charts.free_blocks import free_blocks_figure
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -20,6 +27,9 @@ from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
 
 MARKER_POINTS = 400
+TOP_SIDES = 8  # rows and columns of the eviction matrix; the rest fold into "(others)"
+TOP_REGRETTED = 10
+AXIS_NAMES = {"family": "prefix family", "tenant": "tenant"}
 
 
 def render() -> None:
@@ -59,6 +69,76 @@ def render() -> None:
     )
     if not low_periods.empty:
         st.dataframe(low_periods, hide_index=True, key="free_blocks_low_periods")
+    _what_evicts_what(run, window)
+
+
+def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
+    st.subheader("What evicts what")
+    axis: evictions.Axis = st.radio(
+        "Rows and columns by",
+        evictions.AXES,
+        format_func=AXIS_NAMES.__getitem__,
+        horizontal=True,
+        key="free_blocks_eviction_axis",
+    )
+    matrix = evictions.eviction_matrix(run, window, axis)
+    if matrix.empty:
+        st.info("Nothing was evicted in this time range.")
+        return
+    cells = top_cells(_labelled(matrix, axis), TOP_SIDES)
+    title = f"Blocks evicted, by evicting x evicted {AXIS_NAMES[axis]}"
+    show_chart(eviction_matrix_figure(cells, title), cells, key="free_blocks_eviction_matrix")
+    st.caption(
+        "A cell counts the blocks in this range that the row's requests took from the pool "
+        "while they still held the column's cached prefixes. A prefix family is every block "
+        "under one first block, named by its hash's first 8 hex digits and the tenant that "
+        f"first stored it. Beyond the {TOP_SIDES} largest, rows and columns fold into "
+        "(others)."
+    )
+    regretted = evictions.regretted_families(run, window, TOP_REGRETTED)
+    if regretted.empty:
+        st.caption("No block evicted in this range was needed again.")
+        return
+    st.markdown("**Most-regretted prefixes**: evicted, then needed again (stored again)")
+    table = pd.DataFrame(
+        {
+            "prefix family": [
+                _family(root, owner)
+                for root, owner in zip(regretted["family"], regretted["owner"], strict=True)
+            ],
+            "blocks evicted": regretted["evictions"],
+            "needed again": regretted["needed_again"],
+            "share needed again": regretted["regret_share"].map("{:.0%}".format),
+            "median time until needed (s)": regretted["median_needed_again_s"].round(2),
+        }
+    )
+    st.dataframe(table, hide_index=True, key="free_blocks_regretted")
+
+
+def _labelled(matrix: pd.DataFrame, axis: evictions.Axis) -> pd.DataFrame:
+    """The matrix's cells with their rows and columns named."""
+    if axis == "family":
+        evicting = [
+            _family(root, owner, missing="(no request)")
+            for root, owner in zip(matrix["evicting"], matrix["evicting_owner"], strict=True)
+        ]
+        evicted = [
+            _family(root, owner, missing="(unknown: its store was lost)")
+            for root, owner in zip(matrix["evicted"], matrix["evicted_owner"], strict=True)
+        ]
+    else:
+        evicting = matrix["evicting"].fillna("(no tenant)").tolist()
+        evicted = matrix["evicted"].fillna("(no tenant)").tolist()
+    return pd.DataFrame(
+        {"evicting": evicting, "evicted": evicted, "evictions": matrix["evictions"]}
+    )
+
+
+def _family(root: Any, owner: Any, missing: str = "(unknown)") -> str:
+    """A prefix family by its first block's hash (8 hex digits) and its first storer."""
+    if pd.isna(root):
+        return missing
+    return f"{hash_hex(int(root))[:8]} ({owner if isinstance(owner, str) else 'no tenant'})"
 
 
 def _marks(points: pd.DataFrame, column: str) -> pd.DataFrame:
