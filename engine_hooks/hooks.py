@@ -4,11 +4,9 @@
 original first and then record what happened; vLLM's files and classes are untouched, and
 `detach()` deletes the instance attributes so attribute lookup reaches the class again.
 
-The hooks keep no state of vLLM's cache: each record says what vLLM just did to a list of
-blocks, in the order it did it (they keep each running request's block table, as the packed
-ids its records already carry, to name a store's blocks: pool_hooks.py). Every place that
-sets or clears a block's hash in a pool of the layouts kvscope mirrors (layout.py) goes
-through a hooked method:
+The hooks keep no per-block state of their own: each record says what vLLM just did to a
+list of blocks, in the order it did it. Every place that sets or clears a block's hash in a
+pool of the layouts kvscope mirrors (layout.py) goes through a hooked method:
   set:    `cache_full_blocks` (a `Store`), `cache_partial_block` (a one-block `Store`, after
           an `Evict` of the key it replaces: a Mamba group's state block)
   clear:  `get_new_blocks` (an `Allocate`: a cached block handed out again loses its hash),
@@ -231,7 +229,6 @@ class KVCacheHooks(PoolHooks):
                 original(request)
             finally:
                 self._request = None
-                self.forget(request.request_id)
                 if self._fingerprints:
                     self._fingerprints.forget(request.request_id)
 

@@ -5,13 +5,11 @@ the record numbering and buffering both halves share (see hooks.py for the whole
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from struct import unpack_from
 from typing import TYPE_CHECKING, Any, cast
 
 from engine_hooks.block_content import block_token_ids, extra_key_kinds
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
-    COUNT_BYTES,
     GROUP_ID_BYTES,
     Allocate,
     Collision,
@@ -24,7 +22,6 @@ from engine_hooks.events import (
     pack_cache_keys,
     pack_counts,
     pack_hashes,
-    unpack_counts,
 )
 from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.layout import CacheLayout
@@ -35,7 +32,6 @@ if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run
     from vllm.v1.request import Request
 
 Clock = Callable[[], int]
-MAX_TABLES = 100_000  # running requests' block tables kept at most (see PoolHooks)
 
 POOL_METHODS = (
     "get_new_blocks",
@@ -56,14 +52,7 @@ class PoolHooks:
     A dense layout (one full-attention group, `CacheLayout.dense`) gets the fast wrappers;
     any other gets the sparse ones, which skip vLLM's null blocks, store only the blocks
     vLLM stores, and say where a group's hit starts (`_hit_length`: the blocks of the hit
-    vLLM found for the group, nulls included, set by the manager half).
-
-    In a dense layout a request's block table is its hit, then the blocks handed to it, in
-    order (vLLM's `FullAttentionManager`), so the hooks keep each running request's table as
-    the packed block ids its `Hit` and `Allocate` records already carry (`_tables`, dropped
-    when vLLM frees the request): a `Store` of positions i..j takes its ids from there
-    instead of reading every block again. Where the table does not name the stored blocks
-    at both ends (a block handed out outside `allocate_slots`), the store reads them."""
+    vLLM found for the group, nulls included, set by the manager half)."""
 
     def __init__(
         self,
@@ -85,7 +74,6 @@ class PoolHooks:
         self._request: Request | None = None
         self._group = 0
         self._hit_length = 0
-        self._tables: dict[str, bytearray] = {}
         self._seq = 0
         self.num_lost = 0
 
@@ -116,18 +104,18 @@ class PoolHooks:
     def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
         fingerprints = self._fingerprints
 
-        dense = self.layout.dense
-
         def get_new_blocks(num_blocks: int) -> list[KVCacheBlock]:
             blocks: list[KVCacheBlock] = original(num_blocks)
             block_ids = [block.block_id for block in blocks]
             if fingerprints:
                 fingerprints.uncache(block_ids)  # vLLM dropped the hashes of cached ones
-            packed = pack_counts(block_ids)
-            request_id = self._request_id()
-            if dense and request_id is not None:
-                self._table(request_id).extend(packed)
-            record = Allocate(self._next_seq(), self._clock(), request_id, packed, self._group)
+            record = Allocate(
+                self._next_seq(),
+                self._clock(),
+                self._request_id(),
+                pack_counts(block_ids),
+                self._group,
+            )
             self._emit([record])
             return blocks
 
@@ -148,13 +136,17 @@ class PoolHooks:
             keys = cast("list[bytes]", [block.block_hash for block in blocks])
             now = self._clock()
             request_id = self._request_id()
-            packed = pack_counts(block_ids)
-            if dense and request_id is not None:  # a hit starts the request's table
-                self._tables.pop(request_id, None)
-                self._table(request_id).extend(packed)
             hashes = pack_cache_keys(keys)
             records: list[Event] = [
-                Hit(self._next_seq(), now, request_id, packed, hashes, first, self._group)
+                Hit(
+                    self._next_seq(),
+                    now,
+                    request_id,
+                    pack_counts(block_ids),
+                    hashes,
+                    first,
+                    self._group,
+                )
             ]
             if self._fingerprints and self._request is not None:
                 records += self._check_hits(self._request, now, block_ids, keys, first=first)
@@ -234,18 +226,18 @@ class PoolHooks:
         """Record that vLLM stored these blocks as the request's, from position `first` on."""
         end = first + len(blocks)
         positions = range(first, end)
-        packed = self._stored_ids(request.request_id, blocks, first)
+        block_ids = [block.block_id for block in blocks]
         request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
         if self._fingerprints:
             chain = self._fingerprints.chain(request, end)
             self._fingerprints.store(
-                unpack_counts(packed), map(chain.__getitem__, positions), request.request_id
+                block_ids, map(chain.__getitem__, positions), request.request_id
             )
         record = Store(
             self._next_seq(),
             self._clock(),
             request.request_id,
-            packed,
+            pack_counts(block_ids),
             pack_hashes(request_hashes[first:end]),
             request_hashes[first - 1] if first else None,
             first,
@@ -255,34 +247,6 @@ class PoolHooks:
             group,
         )
         self._emit([record])
-
-    def _table(self, request_id: str) -> bytearray:
-        """The request's block table as packed ids (a dense layout's), started if need be."""
-        table = self._tables.get(request_id)
-        if table is None:
-            if len(self._tables) >= MAX_TABLES:  # requests vLLM never freed: start over
-                self._tables.clear()
-            table = self._tables[request_id] = bytearray()
-        return table
-
-    def _stored_ids(self, request_id: str, blocks: Sequence[KVCacheBlock], first: int) -> bytes:
-        """The packed ids of the blocks stored from position `first`: from the request's
-        table where it names them at both ends, else read from the blocks."""
-        table = self._tables.get(request_id)
-        start, end = first * COUNT_BYTES, (first + len(blocks)) * COUNT_BYTES
-        if (
-            table is not None
-            and blocks
-            and len(table) >= end
-            and unpack_from("<i", table, start)[0] == blocks[0].block_id
-            and unpack_from("<i", table, end - COUNT_BYTES)[0] == blocks[-1].block_id
-        ):
-            return bytes(table[start:end])
-        return pack_counts([block.block_id for block in blocks])
-
-    def forget(self, request_id: str) -> None:
-        """vLLM freed the request's blocks: its table is gone."""
-        self._tables.pop(request_id, None)
 
     def _make_cache_partial_block(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """vLLM caching one block at a prefix boundary outside `cache_full_blocks` (a Mamba
