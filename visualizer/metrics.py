@@ -7,9 +7,21 @@ from collections.abc import Mapping
 import streamlit as st
 
 
-def metric_row(values: Mapping[str, str], helps: Mapping[str, str] | None = None) -> None:
+def metric_row(
+    values: Mapping[str, str],
+    helps: Mapping[str, str] | None = None,
+    falls: Mapping[str, str] | None = None,
+) -> None:
     """One row of metrics, a column each in the mapping's order (label -> shown value), with
-    the help text `helps` gives a label."""
-    helps = helps or {}
+    the help text `helps` gives a label, and under a value the fall `falls` gives it (shown
+    in green: a fall for the better)."""
+    helps, falls = helps or {}, falls or {}
     for column, (label, value) in zip(st.columns(len(values)), values.items(), strict=True):
-        column.metric(label, value, help=helps.get(label))
+        fall = falls.get(label)
+        column.metric(
+            label,
+            value,
+            delta=fall,
+            delta_color="inverse" if fall else "normal",
+            help=helps.get(label),
+        )
