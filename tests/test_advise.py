@@ -54,7 +54,12 @@ def test_recommends_the_cache_size_of_the_curve(advice_json: dict) -> None:
     assert curve.token_hit_ratio(recommended) >= target > curve.token_hit_ratio(recommended - 1)
     assert recommended > advice_json["run_config"]["num_blocks"] == 1_200
     assert size["figures"]["recommended_token_hit_ratio"] == curve.token_hit_ratio(recommended)
-    assert size["action"] == f"`--num-gpu-blocks-override {recommended}`"
+    # Sized on the default GPU (80 GiB, at vLLM's 0.9 now): the memory share first.
+    extra_gib = (recommended - 1_200) * 2 * 32 * 8 * 128 * 2 * 16 / 2**30
+    utilization = 0.9 + extra_gib / 80
+    assert size["action"] == (
+        f"`--gpu-memory-utilization {utilization:.3f}` `--num-gpu-blocks-override {recommended}`"
+    )
 
 
 def test_markdown_says_the_same_with_numbers(

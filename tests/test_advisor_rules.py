@@ -427,7 +427,10 @@ def test_suggestions_that_turn_the_same_flag_are_merged() -> None:
 
     merged = merge_same_flag(
         [
-            suggestion("cache-size", "`--num-gpu-blocks-override 3852`"),
+            suggestion(
+                "cache-size",
+                "`--gpu-memory-utilization 0.952` `--num-gpu-blocks-override 3852`",
+            ),
             suggestion("dynamic-field", "prompt change: move the field"),
             suggestion("low-free-blocks", "`--num-gpu-blocks-override 3852` (+5.2 GiB), or ..."),
             suggestion("eviction-regret", "`--num-gpu-blocks-override 3852`"),
@@ -454,3 +457,15 @@ def test_suggestions_that_turn_the_same_flag_are_merged() -> None:
         "`--num-gpu-blocks-override 3852`",
         "eviction-regret evidence",
     ]
+    # A pool no memory share holds on the GPU leads with why, then the same knob.
+    too_large = merge_same_flag(
+        [
+            suggestion(
+                "cache-size",
+                "(no --gpu-memory-utilization holds it: ...; it needs a larger GPU) "
+                "`--num-gpu-blocks-override 50000`",
+            ),
+            suggestion("eviction-regret", "`--num-gpu-blocks-override 50000`"),
+        ]
+    )
+    assert [entry.figures.get("merged_rules") for entry in too_large] == [["eviction-regret"]]

@@ -37,10 +37,22 @@ def test_pool_settings_give_blocks_and_the_matching_memory_share() -> None:
     current_gib = gib_for_blocks(spec, 16, 4_000)
     settings = vllm_pool_settings(spec, 16, 8_096, current_gib, GpuMemory(80, 0.9))
     # 4,096 more blocks of 2 MiB = 8 GiB = 0.1 of an 80 GiB GPU.
-    assert settings == ["--num-gpu-blocks-override 8096", "--gpu-memory-utilization 1.000"]
+    assert settings == ["--gpu-memory-utilization 1.000", "--num-gpu-blocks-override 8096"]
+    # 50,000 blocks take 97.7 GiB; the GPU gives the KV cache at most 7.8 + 8 GiB; fp8 and
+    # tensor parallel 2 halve it, not enough.
     too_much = vllm_pool_settings(spec, 16, 50_000, current_gib, GpuMemory(80, 0.9))
-    assert too_much[0] == "--num-gpu-blocks-override 50000"
-    assert "more than a 80 GiB GPU has" in too_much[1]
+    assert too_much == [
+        "(no --gpu-memory-utilization holds it: 50,000 blocks take 97.7 GiB per GPU, and this "
+        "80 GiB GPU can give the KV cache 15.8 GiB at most; it needs a larger GPU)",
+        "--num-gpu-blocks-override 50000",
+    ]
+    # 12,000 blocks (23.4 GiB) fit in fp8 (11.7 GiB) or split over 2 GPUs.
+    other_knobs = vllm_pool_settings(spec, 16, 12_000, current_gib, GpuMemory(80, 0.9))
+    assert other_knobs[0] == (
+        "(no --gpu-memory-utilization holds it: 12,000 blocks take 23.4 GiB per GPU, and this "
+        "80 GiB GPU can give the KV cache 15.8 GiB at most; --kv-cache-dtype fp8 takes it to "
+        "11.7 GiB; --tensor-parallel-size 2 takes it to 11.7 GiB per GPU)"
+    )
     assert vllm_pool_settings(spec, 16, 8_096, current_gib) == ["--num-gpu-blocks-override 8096"]
 
 

@@ -52,20 +52,23 @@ def rank(suggestions: list[Suggestion]) -> list[Suggestion]:
     )
 
 
-_LEADING_FLAG = re.compile(r"`?(--[a-z][a-z0-9-]*)")
+# The flag an action leads with, after a note in parentheses (a pool no memory share holds).
+_LEADING_FLAG = re.compile(r"(?:\([^)]*\)\s*)?`?(--[a-z][a-z0-9-]*)")
+# Flags that turn the same knob: the memory share and the block count both size the pool.
+_KNOBS = {"--gpu-memory-utilization": "--num-gpu-blocks-override"}
 
 
 def merge_same_flag(ranked: list[Suggestion]) -> list[Suggestion]:
-    """One suggestion per vLLM flag: a later suggestion whose action leads with the flag an
-    earlier one leads with is folded into that one (its title and evidence as evidence, its
-    charts after the first's, its rule in `figures["merged_rules"]`). An action that leads
-    with something else (a prompt change, routing; a flag only as its fallback) is never
-    merged."""
+    """One suggestion per vLLM knob: a later suggestion whose action leads with the flag an
+    earlier one leads with (or one that turns the same knob: the pool's size) is folded into
+    that one (its title and evidence as evidence, its charts after the first's, its rule in
+    `figures["merged_rules"]`). An action that leads with something else (a prompt change,
+    routing; a flag only as its fallback) is never merged."""
     merged: list[Suggestion] = []
     by_flag: dict[str, int] = {}
     for suggestion in ranked:
         leading = _LEADING_FLAG.match(suggestion.action)
-        flag = leading.group(1) if leading else None
+        flag = _KNOBS.get(leading.group(1), leading.group(1)) if leading else None
         if flag is None or flag not in by_flag:
             if flag is not None:
                 by_flag[flag] = len(merged)

@@ -8,7 +8,7 @@ from typing import Any
 
 def add_kv_options(parser: Any) -> None:
     """--model, its overrides, and the GPU memory that turns blocks into settings."""
-    from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+    from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS
 
     group = parser.add_argument_group(
         "KV memory", "turn blocks into GiB and vLLM memory settings for this model"
@@ -19,7 +19,12 @@ def add_kv_options(parser: Any) -> None:
     group.add_argument("--head-size", type=int, help="override the model's head size")
     group.add_argument("--kv-dtype", choices=sorted(DTYPE_BYTES), help="KV cache dtype")
     group.add_argument("--tensor-parallel-size", type=int, default=1)
-    group.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU, GiB")
+    group.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        default=DEFAULT_GPU_GIB,
+        help=f"memory of one GPU, GiB ({DEFAULT_GPU_GIB:g}: about an H100's; 0: unknown)",
+    )
     group.add_argument(
         "--gpu-memory-utilization",
         type=float,
@@ -47,9 +52,9 @@ def kv_spec_from(args: argparse.Namespace) -> Any:
 
 
 def gpu_from(args: argparse.Namespace) -> Any:
-    """The GPU memory the options describe, or None when the GPU's size is not given."""
+    """The GPU memory the options describe, or None when the GPU's size is unknown (0)."""
     from collector.model.kv_memory import GpuMemory
 
-    if args.gpu_memory_gib is None:
+    if not args.gpu_memory_gib:
         return None
     return GpuMemory(args.gpu_memory_gib, args.gpu_memory_utilization)

@@ -152,7 +152,10 @@ def _print_table(
         f"{'evictions':>10} {'preempt':>7}  settings"
     )
     for row in results:
-        settings = vllm_pool_settings(spec, row["block_size"], row["num_blocks"], current_gib, gpu)
+        settings = [
+            f"--block-size {row['block_size']}",
+            *vllm_pool_settings(spec, row["block_size"], row["num_blocks"], current_gib, gpu),
+        ]
         print(
             f"{row['block_size']:>5} {row['num_blocks']:>8,} {row['kv_gib']:>7.2f} "
             f"{row['max_num_seqs']:>5} {row['token_hit_ratio']:>9.2%} "

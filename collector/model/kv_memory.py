@@ -9,7 +9,7 @@ blocks: `--num-gpu-blocks-override` counts blocks per GPU, vLLM's null block inc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 GIB = 1 << 30
@@ -74,6 +74,7 @@ MODELS = {
     )
 }
 DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_GPU_GIB = 80.0  # about an H100's (80 GB): what sizing assumes unless told
 
 
 def gib_for_blocks(spec: KVSpec, block_size: int, num_blocks: int) -> float:
@@ -107,17 +108,44 @@ def vllm_pool_settings(
     current_gib: float,
     gpu: GpuMemory | None = None,
 ) -> list[str]:
-    """The vLLM flags that give a pool of `num_blocks` when the engine's pool now takes
-    `current_gib` per GPU: the block count itself, and the memory share that holds it."""
-    settings = [f"--num-gpu-blocks-override {num_blocks}"]
+    """The vLLM settings that give a pool of `num_blocks` when the engine's pool now takes
+    `current_gib` per GPU: first the one operators turn, the GPU memory share that holds it
+    (checked against the GPU; when none does, what would: an fp8 KV cache, more tensor
+    parallelism), then the block count itself."""
+    settings = []
     if gpu is not None:
         extra_gib = gib_for_blocks(spec, block_size, num_blocks) - current_gib
         utilization = gpu.utilization + extra_gib / gpu.total_gib
         if utilization <= 1:
             settings.append(f"--gpu-memory-utilization {utilization:.3f}")
         else:
-            settings.append(
-                f"(needs {extra_gib:+.1f} GiB per GPU: more than a {gpu.total_gib:g} GiB GPU "
-                "has; use --kv-cache-dtype fp8 or more GPUs)"
+            settings.append(_does_not_fit(spec, block_size, num_blocks, current_gib, gpu))
+    return [*settings, f"--num-gpu-blocks-override {num_blocks}"]
+
+
+def _does_not_fit(
+    spec: KVSpec, block_size: int, num_blocks: int, current_gib: float, gpu: GpuMemory
+) -> str:
+    """Why no memory share gives the pool on this GPU, and which other knob would."""
+    most_gib = current_gib + (1 - gpu.utilization) * gpu.total_gib  # at utilization 1.0
+    needed_gib = gib_for_blocks(spec, block_size, num_blocks)
+    ways = []
+    if DTYPE_BYTES[spec.dtype] > 1:
+        fp8 = replace(spec, dtype="fp8")
+        fp8_gib = gib_for_blocks(fp8, block_size, num_blocks)
+        if fp8_gib <= most_gib:
+            ways.append(f"--kv-cache-dtype fp8 takes it to {fp8_gib:.1f} GiB")
+    wider = replace(spec, tensor_parallel_size=2 * spec.tensor_parallel_size)
+    if wider.kv_heads_per_gpu < spec.kv_heads_per_gpu:
+        wider_gib = gib_for_blocks(wider, block_size, num_blocks)
+        if wider_gib <= most_gib:
+            ways.append(
+                f"--tensor-parallel-size {wider.tensor_parallel_size} takes it to "
+                f"{wider_gib:.1f} GiB per GPU"
             )
-    return settings
+    instead = "; ".join(ways) if ways else "it needs a larger GPU"
+    return (
+        f"(no --gpu-memory-utilization holds it: {num_blocks:,} blocks take {needed_gib:.1f} "
+        f"GiB per GPU, and this {gpu.total_gib:g} GiB GPU can give the KV cache "
+        f"{most_gib:.1f} GiB at most; {instead})"
+    )

@@ -44,7 +44,7 @@ def _advice(
 
 def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
     """The KV spec, GPU and what-if folder the figures assume; the user can change each."""
-    from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+    from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS
 
     with st.expander("Assumptions: model KV spec, GPU, what-if sweep", expanded=False):
         first, second, third = st.columns(3)
@@ -62,7 +62,12 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
         )
         parallel = third.number_input("Tensor parallel size", 1, 64, 1, key="advisor_tp")
         gpu_gib = first.number_input(
-            "GPU memory, GiB (0: unknown)", 0.0, 1024.0, 0.0, key="advisor_gpu_gib"
+            "GPU memory, GiB (0: unknown)",
+            0.0,
+            1024.0,
+            DEFAULT_GPU_GIB,
+            key="advisor_gpu_gib",
+            help="80: about an H100's",
         )
         utilization = second.number_input(
             "Current --gpu-memory-utilization", 0.05, 1.0, 0.9, key="advisor_gpu_util"
