@@ -84,3 +84,15 @@ def test_chart_figures_are_built_from_the_advisors_chart_data() -> None:
     assert list(figure.layout.yaxis.range) == [0, 1]
     bar = {**line, "kind": "bar", "y_title": "blocks", "markers": {}}
     assert [trace.type for trace in chart_figure(bar).data] == ["bar", "bar"]
+    # The run's own curve is drawn over the other block sizes', and listed first still.
+    curves = {
+        **line,
+        "series": [
+            {"name": "block size 16 (this run)", "x": [1, 2], "y": [0.1, 0.2]},
+            {"name": "block size 32", "x": [1, 2], "y": [0.1, 0.3]},
+        ],
+    }
+    drawn = chart_figure(curves).data
+    assert [trace.name for trace in drawn] == ["block size 32", "block size 16 (this run)"]
+    assert [trace.legendrank for trace in drawn] == [1, 0]
+    assert drawn[1].line.width > drawn[0].line.width

@@ -11,9 +11,12 @@ from visualizer.charts.theme import COLORS, nth_color, styled
 
 
 def chart_figure(chart: dict[str, Any]) -> go.Figure:
-    """A suggestion's chart (line, bar or scatter) as the advisor described it."""
+    """A suggestion's chart (line, bar or scatter) as the advisor described it; a curve of
+    "this run" is drawn over the others (wider), and keeps its place in the legend."""
     figure = go.Figure()
-    for number, series in enumerate(chart["series"]):
+    numbered = list(enumerate(chart["series"]))
+    this_run = [item for item in numbered if item[1]["name"].endswith("(this run)")]
+    for number, series in [item for item in numbered if item not in this_run] + this_run:
         color = nth_color(number)
         if chart["kind"] == "bar":
             figure.add_bar(x=series["x"], y=series["y"], name=series["name"], marker_color=color)
@@ -25,8 +28,9 @@ def chart_figure(chart: dict[str, Any]) -> go.Figure:
                 y=series["y"],
                 name=series["name"],
                 mode=mode,
-                line={"color": color},
+                line={"color": color, "width": 3 if (number, series) in this_run else 2},
                 marker={"color": color, "size": 9 if replays else 6},
+                legendrank=number,
             )
     for number, (label, x) in enumerate(chart["markers"].items()):
         figure.add_vline(
