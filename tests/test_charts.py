@@ -184,7 +184,7 @@ def test_free_blocks_chart_marks_evictions_and_the_time_under_the_alarm() -> Non
     timeline = pd.DataFrame(
         {"t_s": [0.0, 1.0], "in_use": [3, 8], "cached_free": [2, 1], "free_uncached": [5, 1]}
     )
-    evictions = pd.DataFrame({"t_s": [1.0], "count": [2]})
+    evictions = pd.DataFrame({"t_s": [0.0, 1.0], "count": [1, 4]})
     figure = free_block_charts.free_blocks_figure(
         timeline,
         evictions=evictions,
@@ -202,9 +202,10 @@ def test_free_blocks_chart_marks_evictions_and_the_time_under_the_alarm() -> Non
     assert list(figure.data[0].y) == [3, 8]
     marker = figure.data[3]
     assert (list(marker.y), marker.hovertemplate) == (
-        [10.3],
+        [10.3, 10.3],
         "%{customdata} evicted<extra></extra>",
     )
+    assert list(marker.marker.size) == [9.0, 14.0]  # 4 + 10 x the square root of 1/4, 4/4
     alarm, under = figure.layout.shapes
     assert alarm.y0 == 9  # 10 % of 10 usable blocks free
     assert (under.x0, under.x1) == (0.5, 1.0)

@@ -50,9 +50,10 @@ def free_blocks_figure(
             opacity=0.12,
             line_width=0,
         )
-    # Markers above the pool: evictions just over it, preemptions over those.
+    # Markers above the pool: evictions just over it (sized by how many), preemptions over
+    # those.
     for marks, name, verb, height, symbol, size in (
-        (evictions, "evictions", "evicted", 1.03, "triangle-down", 7),
+        (evictions, "evictions", "evicted", 1.03, "triangle-down", _sized(evictions)),
         (preemptions, "preemptions", "preempted", 1.07, "x", 9),
     ):
         if marks.empty:
@@ -72,3 +73,11 @@ def free_blocks_figure(
         xaxis_title="time (s)",
         yaxis={"title": "blocks", "range": [0, num_usable_blocks * 1.1]},
     )
+
+
+def _sized(marks: pd.DataFrame) -> list[float]:
+    """Marker sizes from 4 to 14 pixels by the square root of each mark's count."""
+    if marks.empty:
+        return []
+    counts = marks["count"].astype(float)
+    return (4 + 10 * (counts / counts.max()) ** 0.5).round(1).tolist()

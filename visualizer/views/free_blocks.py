@@ -27,6 +27,7 @@ from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
 
 MARKER_POINTS = 400
+EVICTION_POINTS = 80
 TOP_SIDES = 8  # rows and columns of the eviction matrix; the rest fold into "(others)"
 TOP_REGRETTED = 10
 AXIS_NAMES = {"family": "prefix family", "tenant": "tenant"}
@@ -39,6 +40,8 @@ def render() -> None:
     timeline = pool_timeline(run, window=window)
     low_periods = low_free_periods(run, window=window)
     points = activity.figures_over_time(run, window, max_points=MARKER_POINTS)
+    # Evictions come by the thousand: fewer, larger marks keep them apart.
+    coarse = activity.figures_over_time(run, window, max_points=EVICTION_POINTS)
     st.title("Free-block timeline")
     st.caption(f"Showing {window_caption(window, run)}.")
     if timeline.empty:
@@ -46,7 +49,7 @@ def render() -> None:
         return
     figure = free_blocks_figure(
         timeline,
-        evictions=_marks(points, "evictions"),
+        evictions=_marks(coarse, "evictions"),
         preemptions=_marks(points, "preemptions"),
         low_periods=low_periods,
         num_usable_blocks=num_usable,
@@ -56,7 +59,8 @@ def render() -> None:
     st.caption(
         "In use at the bottom, then cached but free (evictable: a hit brings it back), then "
         "free with no cached content. The dashed line is 10 % free; shaded stretches are "
-        "under it. Triangles mark evictions, crosses preemptions."
+        f"under it. Triangles mark evictions (per {_width(coarse)}, larger for more), "
+        "crosses preemptions."
     )
     extremes = free_block_extremes(run, window=window)
     metric_row(
@@ -139,6 +143,11 @@ def _family(root: Any, owner: Any, missing: str = "(unknown)") -> str:
     if pd.isna(root):
         return missing
     return f"{hash_hex(int(root))[:8]} ({owner if isinstance(owner, str) else 'no tenant'})"
+
+
+def _width(points: pd.DataFrame) -> str:
+    """How long each point lasts, in words."""
+    return f"{float(points['width_s'].iloc[0]):.3g} s" if not points.empty else "point"
 
 
 def _marks(points: pd.DataFrame, column: str) -> pd.DataFrame:
