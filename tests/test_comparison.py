@@ -46,15 +46,22 @@ def test_compare_figures() -> None:
     assert rows["token_hit_ratio"]["unit"] == "ratio"
 
 
-def test_block_counts_only_compare_at_one_block_size() -> None:
+def test_block_counts_compare_in_tokens_across_block_sizes() -> None:
+    # Block size 16, then 32: 5 evictions of 16 tokens (80) against 4 of 32 (128) is worse,
+    # though fewer blocks.
     second = FIRST | {"evictions": 4, "block_hits": 5, "preemptions": 3}
-    rows = {
-        row["figure"]: row["verdict"]
-        for row in comparison.compare_figures(FIRST, second, same_block_size=False).to_dict(
-            "records"
-        )
-    }
-    assert (rows["evictions"], rows["block_hits"], rows["preemptions"]) == ("", "", "worse")
+    table = comparison.compare_figures(FIRST | {"evictions": 5}, second, (16, 32))
+    rows = {row["figure"]: row for row in table.to_dict("records")}
+    evictions = rows["evictions"]
+    assert (evictions["label"], evictions["first"], evictions["second"]) == (
+        "Evictions (tokens)",
+        80,
+        128,
+    )
+    assert (evictions["verdict"], rows["preemptions"]["verdict"]) == ("worse", "worse")
+    assert rows["block_hits"]["second"] == 5 * 32
+    same = comparison.compare_figures(FIRST, second, (16, 16))
+    assert same.loc[same["figure"] == "evictions", "label"].item() == "Evictions (blocks)"
 
 
 def test_compare_settings() -> None:

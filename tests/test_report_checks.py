@@ -144,6 +144,25 @@ def test_preemptions_per_request(baseline: int, candidate: int, fails: bool) -> 
     assert failures == (["preemptions_per_request"] if fails else [])
 
 
+@pytest.mark.parametrize(
+    ("evictions", "fails"),
+    [
+        # Baseline: 3 evictions of 16 tokens per request, 48 tokens; the limit is 48 * 1.1
+        # + 1 * 16 = 68.8 evicted tokens per request.
+        (220, True),  # 2.2 of 32 tokens: 70.4 per request, though fewer blocks than 3
+        (210, False),  # 67.2
+        (140, False),
+    ],
+)
+def test_evictions_compare_in_tokens_across_block_sizes(evictions: int, fails: bool) -> None:
+    candidate = run_figures(evictions=evictions, block_size=32)
+    checks = {check.name: check for check in run_checks(run_figures(), candidate, Thresholds())}
+    check = checks["evictions_per_request"]
+    assert (check.status == "fail") == fails
+    assert (check.baseline, check.candidate) == (48, evictions / 100 * 32)
+    assert "evicted tokens per request" in check.title
+
+
 def test_floors_fail_whatever_the_baseline_did(tmp_path: Path) -> None:
     path = tmp_path / "t.toml"
     path.write_text("[token_hit_ratio]\nmin = 0.6\n[min_free_blocks]\nmin = 0.2\n")

@@ -33,9 +33,13 @@ COMPARED_FIGURES = (
     ComparedFigure("dropped_events", "Dropped events", False),
 )
 
-# Counted in blocks: a run with bigger blocks has fewer of them, so only runs with the same
-# block size say which is better.
-BLOCK_COUNTS = frozenset({"block_hits", "stores", "evictions"})
+# Counted in blocks: a run with bigger blocks has fewer of them, so runs of different block
+# sizes compare them in tokens (blocks x block size), under these labels.
+BLOCK_COUNTS = {
+    "block_hits": "Block hits (tokens)",
+    "stores": "Blocks stored (tokens)",
+    "evictions": "Evictions (tokens)",
+}
 
 # Where a run's requests came from: a CI report compares two workloads by design.
 WORKLOAD_SETTINGS = ("source", "trace")
@@ -53,18 +57,27 @@ COMPARED_SETTINGS = WORKLOAD_SETTINGS + RUN_SETTINGS
 
 
 def compare_figures(
-    first: Mapping[str, Any], second: Mapping[str, Any], same_block_size: bool = True
+    first: Mapping[str, Any],
+    second: Mapping[str, Any],
+    block_sizes: tuple[int, int] | None = None,
 ) -> pd.DataFrame:
     """Per figure: its unit, both values, second - first, the relative change, and the verdict for
-    the second run ("better", "worse", "same", or "" where neither direction is better, as
-    for block counts of runs with different block sizes)."""
+    the second run ("better", "worse", "same", or "" where neither direction is better). Runs
+    of different `block_sizes` (first's, second's) compare block counts in tokens: evictions
+    per request would halve at twice the block size with nothing else changed."""
     rows = []
-    for name, label, more_is_better, unit in COMPARED_FIGURES:
+    in_tokens = block_sizes is not None and block_sizes[0] != block_sizes[1]
+    for name, blocks_label, more_is_better, unit in COMPARED_FIGURES:
         a, b = first[name], second[name]
+        label = blocks_label
+        if in_tokens and name in BLOCK_COUNTS:
+            assert block_sizes is not None
+            label = BLOCK_COUNTS[name]
+            a, b = a * block_sizes[0], b * block_sizes[1]
         delta = b - a
         if delta == 0:
             verdict = "same"
-        elif more_is_better is None or (name in BLOCK_COUNTS and not same_block_size):
+        elif more_is_better is None:
             verdict = ""
         else:
             verdict = "better" if (delta > 0) == more_is_better else "worse"

@@ -57,7 +57,7 @@ def render() -> None:
     table = comparison.compare_figures(
         activity.window_figures(first, window),
         activity.window_figures(second, second_window),
-        same_block_size=first_config["block_size"] == second_config["block_size"],
+        (int(first_config["block_size"]), int(second_config["block_size"])),
     )
     _metrics(table, first_path.name, second_path.name)
     left, right = st.columns(2)
