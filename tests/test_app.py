@@ -96,6 +96,13 @@ def test_overview_figures_match_the_summary() -> None:
         f"Integrity: 0 collisions in {summary['block_hits']:,} block hits checked; "
         "0 dropped events."
     ]
+    # The trace by its name (its folder is the replaying machine's); each option a row.
+    assert "run.duckdb: replay of trace.jsonl.gz, block size 16" in captions(app)
+    (config,) = [frame.value for frame in app.dataframe if "setting" in frame.value]
+    settings = dict(config.to_numpy().tolist())
+    assert settings["options.kv_layout"] == "full"
+    assert settings["options.check_collisions"] == "True"
+    assert "options" not in settings
 
 
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:

@@ -8,13 +8,54 @@ from typing import Any
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("generate", help="write a realistic sample request trace")
+    from collector.replay.workload import WorkloadShape
+
+    defaults = WorkloadShape()
+    parser = commands.add_parser(
+        "generate",
+        help="write a realistic sample request trace",
+        description=(
+            "A seeded trace of three tenants' traffic: multi-turn chats on shared system "
+            "prompts, RAG requests over Zipf-popular documents, and a burst of daily reports "
+            "with a timestamp near the start. The defaults reproduce the committed sample "
+            "(sample_data/trace.jsonl.gz) byte for byte; another --seed gives another trace "
+            "of the same shape."
+        ),
+    )
     parser.add_argument("--out", type=Path, required=True, help="trace to write (.jsonl[.gz])")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--duration-s", type=float, default=120.0)
-    parser.add_argument("--chats", type=int, default=60, dest="num_chats")
-    parser.add_argument("--rag-requests", type=int, default=200, dest="num_rag_requests")
-    parser.add_argument("--reports", type=int, default=60, dest="num_reports")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help=f"random seed ({defaults.seed}: the committed sample's)",
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=defaults.duration_s,
+        help=f"seconds over which the requests arrive ({defaults.duration_s:g})",
+    )
+    parser.add_argument(
+        "--chats",
+        type=int,
+        default=defaults.num_chats,
+        dest="num_chats",
+        help=f"multi-turn chats, each several requests ({defaults.num_chats})",
+    )
+    parser.add_argument(
+        "--rag-requests",
+        type=int,
+        default=defaults.num_rag_requests,
+        dest="num_rag_requests",
+        help=f"RAG requests over the shared documents ({defaults.num_rag_requests})",
+    )
+    parser.add_argument(
+        "--reports",
+        type=int,
+        default=defaults.num_reports,
+        dest="num_reports",
+        help=f"daily-report requests, sent in one burst ({defaults.num_reports})",
+    )
     parser.set_defaults(handler=_run_generate)
 
 
@@ -30,5 +71,6 @@ def _run_generate(args: argparse.Namespace) -> int:
     )
     rows = generate(shape)
     write_trace(rows, args.out)
-    print(f"wrote {len(rows)} requests to {args.out}")
+    sample = " (the committed sample's trace)" if shape == WorkloadShape() else ""
+    print(f"wrote {len(rows)} requests to {args.out}{sample}")
     return 0

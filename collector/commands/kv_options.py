@@ -13,12 +13,22 @@ def add_kv_options(parser: Any) -> None:
     group = parser.add_argument_group(
         "KV memory", "turn blocks into GiB and vLLM memory settings for this model"
     )
-    group.add_argument("--model", choices=sorted(MODELS), default=DEFAULT_MODEL)
+    group.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default=DEFAULT_MODEL,
+        help=f"the model whose KV cache shape sizes blocks in GiB ({DEFAULT_MODEL})",
+    )
     group.add_argument("--num-layers", type=int, help="override the model's layer count")
     group.add_argument("--num-kv-heads", type=int, help="override the model's KV heads")
     group.add_argument("--head-size", type=int, help="override the model's head size")
     group.add_argument("--kv-dtype", choices=sorted(DTYPE_BYTES), help="KV cache dtype")
-    group.add_argument("--tensor-parallel-size", type=int, default=1)
+    group.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="GPUs the KV heads are split over (1)",
+    )
     group.add_argument(
         "--gpu-memory-gib",
         type=float,

@@ -32,7 +32,26 @@ def _run_replay(args: argparse.Namespace) -> int:
     require_vllm()  # before any work: a clear refusal, not a traceback in a worker
     options = replay_options(args)
     total = len(load_requests(args.trace, options))
-    with tqdm(total=total, unit="req", disable=True if args.quiet else None) as bar:
-        summary = replay(args.trace, args.out, options, load_secret(), progress=bar.update)
+    disable = True if args.quiet else None  # None: tqdm draws only on a terminal
+    with tqdm(total=total, unit="req", disable=disable, desc="starting vLLM") as bar:
+        summary = replay(args.trace, args.out, options, load_secret(), progress=_timed(bar))
     print_summary(summary, args.json)
+    if not args.json:
+        print(f"\nwrote {args.out}; open it with `kvscope app --db {args.out}`")
     return 0
+
+
+def _timed(bar: Any) -> Any:
+    """The bar's update, which restarts its clock at the first request replayed: the rate
+    and the time left then leave out vLLM's start (seconds, with no request done)."""
+    started = False
+
+    def update(count: int) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            bar.reset(total=bar.total)
+            bar.set_description("replaying")
+        bar.update(count)
+
+    return update

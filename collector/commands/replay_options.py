@@ -20,9 +20,20 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-blocks", type=int, default=20_000, help="blocks in the pool, null block included"
     )
-    parser.add_argument("--hash-algo", choices=HASH_ALGOS, default="sha256")
+    parser.add_argument(
+        "--hash-algo",
+        choices=HASH_ALGOS,
+        default="sha256",
+        help="vLLM's --prefix-caching-hash-algo (sha256, vLLM's default)",
+    )
     add_layout_option(parser, default="full")
-    parser.add_argument("--timing", choices=TIMINGS, default="sequential")
+    parser.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default="sequential",
+        help="sequential: one request at a time; timestamps: at the trace's arrival times, "
+        "batched by a step model (sequential)",
+    )
     parser.add_argument(
         "--max-num-seqs", type=int, default=256, help="running requests at most (timestamps)"
     )
@@ -33,7 +44,13 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         default=25.0,
         help="step time added per computed prompt token (timestamps)",
     )
-    parser.add_argument("--format", choices=FORMATS, default="auto", dest="trace_format")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        dest="trace_format",
+        help="the trace's format (auto: from its first line)",
+    )
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
     parser.add_argument(
         "--record-token-ids", action="store_true", help="store prompt token ids (private!)"

@@ -47,11 +47,21 @@ def register(commands: Any) -> None:
         type=lambda text: _numbers(float, text),
         help="pool sizes as GiB of KV cache per GPU (same memory for every block size)",
     )
-    parser.add_argument("--max-num-seqs", type=lambda text: _numbers(int, text))
+    parser.add_argument(
+        "--max-num-seqs",
+        type=lambda text: _numbers(int, text),
+        help="running requests at most, a comma-separated list (default: the run's)",
+    )
     parser.add_argument("--timing", choices=TIMINGS, help="default: the run's, else sequential")
-    parser.add_argument("--hash-algo", choices=HASH_ALGOS)
+    parser.add_argument("--hash-algo", choices=HASH_ALGOS, help="default: the run's, else sha256")
     add_layout_option(parser, default=None)
-    parser.add_argument("--format", choices=FORMATS, default="auto", dest="trace_format")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        dest="trace_format",
+        help="the trace's format (auto: from its first line)",
+    )
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

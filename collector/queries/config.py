@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any, TypedDict, cast
 
 from collector.safe_text import shown
@@ -41,8 +42,9 @@ def run_config(run: RunFile) -> RunRow:
 
 
 def describe_source(config: Mapping[str, Any]) -> str:
-    """Where a run's records came from, as a phrase: "replay of TRACE", "live capture of
-    engine host:123", "vLLM KV events from tcp://..."."""
+    """Where a run's records came from, as a phrase: "replay of TRACE" (the trace file's
+    name: its folder is the machine's that replayed it), "live capture of engine host:123",
+    "vLLM KV events from tcp://..."."""
     options = config.get("options") or {}
     if isinstance(options, str):
         options = json.loads(options)
@@ -50,4 +52,5 @@ def describe_source(config: Mapping[str, Any]) -> str:
         return f"live capture of engine {shown(options.get('engine_id') or '?')}"
     if config["source"] == "vllm-kv-events":
         return f"vLLM KV events from {shown(options.get('endpoint') or '?')}"
-    return f"{config['source']} of {shown(config['trace'])}"
+    trace = config["trace"]
+    return f"{config['source']} of {shown(PurePath(trace).name if trace else trace)}"

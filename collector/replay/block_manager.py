@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,6 +49,7 @@ def make_kv_cache_manager(
 
     `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
     """
+    quiet_torch_imports()
     import torch
     from vllm.config import CacheConfig
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -159,9 +161,26 @@ class VllmUnavailable(RuntimeError):
     """This environment has no vLLM kvscope supports, and the command replays through it."""
 
 
+# Loggers of vLLM's torch that warn, on import, of its own deprecations and of a CUDA runtime
+# a CPU replay never uses: noise to a kvscope user.
+_TORCH_IMPORT_NOISE = (
+    "torch._opaque_base",
+    "torch._library.opaque_object",
+    "torch.utils.cpp_extension",
+)
+
+
+def quiet_torch_imports() -> None:
+    """Keep those warnings off the terminal (errors still show)."""
+    for name in _TORCH_IMPORT_NOISE:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def require_vllm() -> str:
     """The version of this environment's vLLM; `VllmUnavailable` when it has no supported one."""
     from engine_hooks.versions import is_supported, supported_versions
+
+    quiet_torch_imports()
 
     wanted = (
         f"replays run requests through vLLM's own block manager and need vLLM "

@@ -4,6 +4,9 @@ its configuration, and the same figures over time."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -120,9 +123,24 @@ def _integrity(run: RunFile, window: TimeWindow, points: pd.DataFrame) -> None:
 
 
 def _config_rows(config: RunRow) -> pd.DataFrame:
+    """The runs row, one setting a row, its options (JSON) spread over a row each."""
+    settings: dict[str, Any] = {name: value for name, value in config.items() if name != "options"}
+    options = json.loads(config["options"] or "{}")
+    settings |= {f"options.{name}": value for name, value in sorted(options.items())}
     return pd.DataFrame(
-        {"setting": list(config), "value": ["" if v is None else str(v) for v in config.values()]}
+        {
+            "setting": list(settings),
+            "value": [_shown_value(value) for value in settings.values()],
+        }
     )
+
+
+def _shown_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(", ", ": "))
+    return str(value)
 
 
 if __name__ == "__main__":
