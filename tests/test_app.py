@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -127,14 +128,36 @@ def test_run_picker_reads_any_folder_and_refuses_a_foreign_file(tmp_path: Path) 
     app.text_input(key="run_folder").input(str(tmp_path / "runs")).run()
     picker = app.selectbox(key="run_picker")
     # The run shown stays first (with its folder: it is not in this one) until another is
-    # picked.
-    assert picker.options == [str(SAMPLE_RUN), "notes.duckdb", "run.duckdb"]
+    # picked; a file that is no run says so.
+    assert picker.options == [
+        str(SAMPLE_RUN),
+        "notes.duckdb (not a run: not a DuckDB file, so not a kvscope run)",
+        "run.duckdb",
+    ]
     picker.select(str(run)).run()
     assert not app.exception, app.exception
     assert metrics(app)["Requests"] == "4"
     app.selectbox(key="run_picker").select(str(tmp_path / "runs" / "notes.duckdb")).run()
     assert not app.exception, app.exception
     assert "notes.duckdb" in app.error[0].value
+
+
+def test_a_folder_opens_its_first_run(tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    shared_prefix_run(folder)
+    duckdb.connect(str(folder / "another.duckdb")).close()  # DuckDB's, not kvscope's
+    app = start(folder)
+    assert app.session_state["run_path"] == str(folder / "another.duckdb")
+    assert "another.duckdb: not a kvscope run (no meta table)" in app.error[0].value
+    assert app.selectbox(key="run_picker").options == [
+        "another.duckdb (not a run: not a kvscope run (no meta table))",
+        "run.duckdb",
+    ]
+    app.selectbox(key="run_picker").select(str(folder / "run.duckdb")).run()
+    assert metrics(app)["Requests"] == "4"
+    (tmp_path / "nothing").mkdir()
+    empty = start(tmp_path / "nothing")
+    assert "a folder, not a run file (its .duckdb files: none)" in empty.error[0].value
 
 
 def test_time_filter_narrows_every_page() -> None:

@@ -133,3 +133,12 @@ def test_run_of_another_schema_version_is_refused(
 def test_missing_run_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(tmp_path / "nope.duckdb")]) == 2
     assert "no such run file" in capsys.readouterr().err
+
+
+def test_a_folder_is_not_a_run_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "b.duckdb").write_bytes(b"")
+    (tmp_path / "a.duckdb").write_bytes(b"")
+    assert main(["summary", str(tmp_path)]) == 2
+    assert f"{tmp_path}: a folder, not a run file (its .duckdb files: a.duckdb, b.duckdb)" in (
+        capsys.readouterr().err
+    )

@@ -21,8 +21,9 @@ def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> N
         hooks, transport = replay_to_collector(endpoint, 120, engine_id="test")
         wait_for(live_copy_path(run).is_file)
 
-        with pytest.raises(RunBeingWritten, match="another process is writing this run"):
+        with pytest.raises(RunBeingWritten, match="another process is writing this run") as error:
             RunStore.open(run)
+        assert f"read its live copy instead, {live_copy_path(run)}," in str(error.value)
         app = start(run)
         assert metrics(app)["Requests"] == "120"
         assert any("live: following live.duckdb" in caption.value for caption in app.caption)

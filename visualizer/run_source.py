@@ -9,14 +9,21 @@ from pathlib import Path
 
 import streamlit as st
 
-from collector.store.run_file import RunFile, StoreError, live_copy_path, open_readable
+from collector.store.run_file import (
+    RunFile,
+    StoreError,
+    live_copy_path,
+    open_readable,
+    run_file_problem,
+)
 
 SAMPLE_RUN = Path(__file__).resolve().parents[1] / "sample_data" / "run.duckdb"
 RUN_PATH_KEY = "run_path"
 
 
 def run_from_arguments(argv: list[str] | None = None) -> Path:
-    """The run named by `-- --db RUN.duckdb`, else $KVSCOPE_DB, else the committed sample."""
+    """The run (or folder of runs) named by `-- --db RUN.duckdb`, else $KVSCOPE_DB, else the
+    committed sample."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--db", type=Path)
     known, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
@@ -27,10 +34,16 @@ def run_from_arguments(argv: list[str] | None = None) -> Path:
 
 
 def current_run() -> Path:
-    """The run chosen in this session (the run picker), else the one from the command line."""
+    """The run chosen in this session (the run picker), else the one from the command line;
+    for a folder, the first run in it (the run picker then offers the others)."""
     if RUN_PATH_KEY not in st.session_state:
         st.session_state[RUN_PATH_KEY] = str(run_from_arguments())
-    return Path(st.session_state[RUN_PATH_KEY])
+    path = Path(st.session_state[RUN_PATH_KEY])
+    runs = runs_in_folder(path)
+    if runs:
+        path = runs[0]
+        st.session_state[RUN_PATH_KEY] = str(path)
+    return path
 
 
 @st.cache_resource(max_entries=4)
@@ -67,6 +80,17 @@ def runs_in_folder(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(path for path in folder.glob("*.duckdb") if path.is_file())
+
+
+def problem_with(path: Path) -> str | None:
+    """Why a `.duckdb` file is not a kvscope run this app shows, or None (run_file.py)."""
+    return _problem(str(path), _version(path))
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _problem(path: str, version: int) -> str | None:
+    del version  # part of the cache key: a rewritten file is checked afresh
+    return run_file_problem(Path(path))
 
 
 def open_current_run() -> RunFile:

@@ -328,6 +328,9 @@ class RunStore(RunFile):
 
 def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """A connection to an existing run file of the schema version this kvscope reads."""
+    if path.is_dir():
+        runs = ", ".join(sorted(run.name for run in path.glob("*.duckdb"))) or "none"
+        raise StoreError(f"{path}: a folder, not a run file (its .duckdb files: {runs})")
     if not path.is_file():
         raise StoreError(f"{path}: no such run file")
     with path.open("rb") as handle:
@@ -339,7 +342,9 @@ def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         if "lock" in str(error).lower():
             raise RunBeingWritten(
                 f"{path}: another process is writing this run (DuckDB allows one writer "
-                "and no reader meanwhile); read its live copy instead"
+                f"and no reader meanwhile); read its live copy instead, "
+                f"{live_copy_path(path)}, which `kvscope collect` publishes every "
+                "--live-interval seconds once records arrive"
             ) from error
         raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
     except duckdb.Error as error:
@@ -396,6 +401,18 @@ def _damage(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     runs = connection.execute("SELECT count(*) FROM runs").fetchone()
     if runs != (1,):
         return f"{runs[0] if runs else 0} rows in its runs table, a run has one"
+    return None
+
+
+def run_file_problem(path: Path) -> str | None:
+    """Why `path` is not a kvscope run this kvscope reads (not DuckDB, no kvscope tables,
+    another schema version, damaged), or None: it is one, or one being written."""
+    try:
+        _open_checked(path, read_only=True).close()
+    except RunBeingWritten:
+        return None
+    except StoreError as error:
+        return str(error).removeprefix(f"{path}: ")
     return None
 
 

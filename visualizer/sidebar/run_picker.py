@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from visualizer import session
-from visualizer.run_source import RUN_PATH_KEY, current_run, runs_in_folder
+from visualizer.run_source import RUN_PATH_KEY, current_run, problem_with, runs_in_folder
 from visualizer.sidebar.time_filter import RANGE_KEY
 
 FOLDER_KEY = "run_folder"
@@ -37,7 +37,14 @@ def render() -> None:
     st.sidebar.selectbox(
         "Run",
         choices,
-        format_func=lambda path: Path(path).name if Path(path).parent == folder else path,
+        format_func=lambda path: _named(Path(path), folder),
         key=PICKER_KEY,
         on_change=_picked,
     )
+
+
+def _named(path: Path, folder: Path) -> str:
+    """A run by its name in the folder (its path elsewhere), flagged when it is not a run."""
+    name = path.name if path.parent == folder else str(path)
+    problem = problem_with(path) if path.is_file() else None
+    return f"{name} (not a run: {problem})" if problem else name
