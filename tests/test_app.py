@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.queries import activity, prefix_tree, roi
+from collector.queries import activity, hotspots, prefix_tree, roi
 from collector.queries.summary import run_summary
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
@@ -46,6 +46,12 @@ CHART_TRACES = {
 
 def chart_traces(app: AppTest) -> list[list[dict[str, Any]]]:
     return [json.loads(chart.proto.spec)["data"] for chart in app.get("plotly_chart")]
+
+
+def chart_titles(app: AppTest) -> list[str]:
+    return [
+        json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in app.get("plotly_chart")
+    ]
 
 
 def values(trace: dict[str, Any], field: str) -> list[Any]:
@@ -158,6 +164,21 @@ def test_a_folder_opens_its_first_run(tmp_path: Path) -> None:
     (tmp_path / "nothing").mkdir()
     empty = start(tmp_path / "nothing")
     assert "a folder, not a run file (its .duckdb files: none)" in empty.error[0].value
+
+
+def test_hotspots_rank_blocks_by_hits_stores_or_evictions() -> None:
+    app = go_to(start(), "views/hotspots.py")
+    assert app.subheader[0].value == "Most-hit blocks"
+    app.radio(key="hotspots_top_measure").set_value("evictions").run()
+    assert not app.exception, app.exception
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        window = time_grid(run_file).whole_run()
+        expected = hotspots.top_blocks(run_file, window, 20, measure="evictions")
+    assert app.subheader[0].value == "Most-evicted blocks"
+    (table,) = [frame.value for frame in app.dataframe if "block_hash" in frame.value]
+    assert table["block_hash"].tolist() == expected["block_hash"].tolist()
+    assert table["evictions"].is_monotonic_decreasing and table["evictions"].iloc[0] > 1
+    assert "Most-evicted cached blocks" in chart_titles(app)
 
 
 def test_time_filter_narrows_every_page() -> None:

@@ -55,13 +55,31 @@ def test_top_blocks(run_file: RunFile) -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("measure", hotspots.HEAT_MEASURES)
 def test_top_blocks_from_events_equal_the_rollup_over_the_whole_run(
-    run_file: RunFile,
+    run_file: RunFile, measure: str
 ) -> None:
     window = time_grid(run_file).whole_run()
-    from_rollup = hotspots.top_blocks(run_file, window)
-    from_events = hotspots._top_blocks(run_file, hotspots._TOP_FROM_EVENTS, window, 20)
+    from_rollup = hotspots.top_blocks(run_file, window, measure=measure)
+    from_events = hotspots._top_blocks(
+        run_file, hotspots._top_from_events(measure), window, 20, events=True
+    )
     pd.testing.assert_frame_equal(from_rollup, from_events, check_dtype=False)
+
+
+def test_most_stored_and_most_evicted_blocks(run_file: RunFile) -> None:
+    names = hex_names(run_file)
+    window = time_grid(run_file).whole_run()
+    # c0 evicted B3; every block was stored once: by position, then hash.
+    evicted = hotspots.top_blocks(run_file, window, measure="evictions")
+    assert evicted[["block_hash", "evictions", "hits"]].to_dict("records") == [
+        {"block_hash": names["B3"], "evictions": 1, "hits": 0}
+    ]
+    stored = hotspots.top_blocks(run_file, window, measure="stores")
+    assert stored["stores"].tolist() == [1] * 6
+    assert stored["block_position"].tolist() == sorted(stored["block_position"])
+    with pytest.raises(ValueError, match="no such measure"):
+        hotspots.top_blocks(run_file, window, measure="reads")
 
 
 def test_hit_count_frequencies(run_file: RunFile) -> None:

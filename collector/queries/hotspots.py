@@ -45,64 +45,91 @@ def block_heatmap(
     )
 
 
-_TOP_FROM_PREFIX_BLOCKS = """
+_KINDS = {"hits": "hit", "stores": "store", "evictions": "evict"}
+
+
+def _top_from_prefix_blocks(measure: str) -> str:
+    """The block hashes with the most `measure` over the whole run, from the rollup."""
+    return f"""
     SELECT block_hash, block_position, hits, stores, evictions,
         (first_use_ns - $origin) / 1e9 AS first_use_s,
         (last_use_ns - $origin) / 1e9 AS last_use_s,
         tenant, lora
     FROM prefix_blocks
-    WHERE hits > 0
-    ORDER BY hits DESC, block_position, block_hash
+    WHERE {measure} > 0
+    ORDER BY {measure} DESC, block_position, block_hash
     LIMIT $limit
 """
 
-# The most-hit block hashes in [$start, $end), at most $limit, counted from the events: what
-# the top-blocks list and the prefix tree read when the window is not the whole run. In the
-# reference KV cache group, as `prefix_blocks` counts them (collector/store/rollups.py).
-HOT_BLOCKS = f"""
-        SELECT block_hash, count(*) AS hits, min(block_position) AS block_position
+
+def _ranked_blocks(kind: str, counted_as: str) -> str:
+    """The block hashes with the most `kind` rows in [$start, $end), at most $limit, counted
+    from the events (as `counted_as`), in the reference KV cache group, as `prefix_blocks`
+    counts them (collector/store/rollups.py)."""
+    return f"""
+        SELECT block_hash, count(*) AS {counted_as}, min(block_position) AS block_position
         FROM events
-        WHERE kind = 'hit' AND ts_ns >= $start AND ts_ns < $end AND {IN_REFERENCE_GROUP}
+        WHERE kind = '{kind}' AND ts_ns >= $start AND ts_ns < $end AND {IN_REFERENCE_GROUP}
         GROUP BY block_hash
-        ORDER BY hits DESC, block_position, block_hash
+        ORDER BY {counted_as} DESC, block_position, block_hash
         LIMIT $limit
 """
 
-# `hot` is read twice: MATERIALIZED computes its aggregate once.
-_TOP_FROM_EVENTS = f"""
-    WITH hot AS MATERIALIZED ({HOT_BLOCKS}    ),
+
+# The most-hit block hashes in a window: what the prefix tree reads when the window is not
+# the whole run.
+HOT_BLOCKS = _ranked_blocks("hit", "hits")
+
+
+def _top_from_events(measure: str) -> str:
+    """The block hashes with the most `measure` in [$start, $end), with their other counts
+    there (an evict row has no position: the hash's own, from `prefix_blocks`). `ranked` is
+    read twice: MATERIALIZED computes its aggregate once."""
+    return f"""
+    WITH ranked AS MATERIALIZED ({_ranked_blocks(_KINDS[measure], "count")}    ),
     activity AS (
         SELECT block_hash,
+            count(*) FILTER (WHERE kind = 'hit') AS hits,
             count(*) FILTER (WHERE kind = 'store') AS stores,
             count(*) FILTER (WHERE kind = 'evict') AS evictions,
             min(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) AS first_use_ns,
             max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) AS last_use_ns
         FROM events
         WHERE kind IN ('hit', 'store', 'evict') AND ts_ns >= $start AND ts_ns < $end
-            AND block_hash IN (SELECT block_hash FROM hot) AND {IN_REFERENCE_GROUP}
+            AND block_hash IN (SELECT block_hash FROM ranked) AND {IN_REFERENCE_GROUP}
         GROUP BY block_hash
     )
-    SELECT hot.block_hash, hot.block_position, hot.hits, activity.stores, activity.evictions,
+    SELECT ranked.block_hash,
+        coalesce(ranked.block_position, prefix_blocks.block_position) AS block_position,
+        activity.hits, activity.stores, activity.evictions,
         (activity.first_use_ns - $origin) / 1e9 AS first_use_s,
         (activity.last_use_ns - $origin) / 1e9 AS last_use_s,
         prefix_blocks.tenant, prefix_blocks.lora
-    FROM hot
+    FROM ranked
     JOIN activity USING (block_hash)
     LEFT JOIN prefix_blocks USING (block_hash)
-    ORDER BY hot.hits DESC, hot.block_position, hot.block_hash
+    ORDER BY ranked.count DESC, block_position, ranked.block_hash
 """
 
 
-def top_blocks(run: RunFile, window: TimeWindow, limit: int = 20) -> pd.DataFrame:
-    """The block hashes hit most in the window, with their stores, evictions, first and last
-    use there, and the tenant and adapter that first stored them."""
-    sql = _TOP_FROM_PREFIX_BLOCKS if window.is_whole_run else _TOP_FROM_EVENTS
-    return _top_blocks(run, sql, window, limit)
+def top_blocks(
+    run: RunFile, window: TimeWindow, limit: int = 20, measure: str = "hits"
+) -> pd.DataFrame:
+    """The block hashes with the most `measure` (hits, stores or evictions) in the window,
+    with their other counts, first and last use there, and the tenant and adapter that first
+    stored them."""
+    if measure not in HEAT_MEASURES:
+        raise ValueError(f"no such measure {measure!r}: {', '.join(HEAT_MEASURES)}")
+    if window.is_whole_run:
+        return _top_blocks(run, _top_from_prefix_blocks(measure), window, limit, events=False)
+    return _top_blocks(run, _top_from_events(measure), window, limit, events=True)
 
 
-def _top_blocks(run: RunFile, sql: str, window: TimeWindow, limit: int) -> pd.DataFrame:
+def _top_blocks(
+    run: RunFile, sql: str, window: TimeWindow, limit: int, *, events: bool
+) -> pd.DataFrame:
     parameters: dict[str, Any] = {"origin": window.run_start_ns, "limit": limit}
-    if sql is _TOP_FROM_EVENTS:
+    if events:
         parameters |= {"start": window.start_ns, "end": window.end_ns}
     frame = run.frame(sql, parameters)
     frame["block_hash"] = frame["block_hash"].map(hash_hex)

@@ -41,29 +41,38 @@ def heatmap_figure(heat: pd.DataFrame, measure: str, block_bin_size: int) -> go.
     )
 
 
-def top_blocks_figure(top: pd.DataFrame) -> go.Figure:
-    """The most-hit block hashes as horizontal bars, the hottest on top."""
+TOP_TITLES = {"hits": "Most-hit", "stores": "Most-stored", "evictions": "Most-evicted"}
+TOP_COLORS = {
+    "hits": COLORS["tokens"],
+    "stores": COLORS["blocks"],
+    "evictions": COLORS["evictions"],
+}
+
+
+def top_blocks_figure(top: pd.DataFrame, measure: str = "hits") -> go.Figure:
+    """The block hashes with the most `measure` (hits, stores or evictions) as horizontal
+    bars, the most on top; the hover gives the other two."""
     labels = [
         f"{block_hash[:8]} · pos {position}"
         for block_hash, position in zip(top["block_hash"], top["block_position"], strict=True)
     ]
     figure = go.Figure(
         go.Bar(
-            x=top["hits"],
+            x=top[measure],
             y=labels,
             orientation="h",
-            marker_color=COLORS["tokens"],
-            customdata=top[["tenant", "stores", "evictions"]].astype(str).to_numpy(),
+            marker_color=TOP_COLORS[measure],
+            customdata=top[["tenant", "hits", "stores", "evictions"]].astype(str).to_numpy(),
             hovertemplate=(
-                "%{y}<br>%{x} hits<br>tenant %{customdata[0]}<br>"
-                "%{customdata[1]} stores, %{customdata[2]} evictions<extra></extra>"
+                "%{y}<br>tenant %{customdata[0]}<br>%{customdata[1]} hits, "
+                "%{customdata[2]} stores, %{customdata[3]} evictions<extra></extra>"
             ),
         )
     )
     return styled(
         figure,
-        title="Most-hit cached blocks",
-        xaxis_title="hits",
+        title=f"{TOP_TITLES[measure]} cached blocks",
+        xaxis_title=measure,
         yaxis_title="hash prefix · position in the prompt",
         yaxis={"autorange": "reversed", "type": "category"},
         height=max(320, 24 * len(top) + 120),

@@ -1,5 +1,5 @@
-"""Hotspots: which blocks are hot and when (block x time heatmap), the most-hit blocks, and
-how skewed reuse is."""
+"""Hotspots: which blocks are hot and when (block x time heatmap), the most-hit, -stored or
+-evicted blocks, and how skewed reuse is."""
 
 from __future__ import annotations
 
@@ -44,13 +44,21 @@ def render() -> None:
     )
     st.caption(
         "Reuse counts each time a block was cached (stored), with the hits it got before it "
-        "was evicted or the run ended; the most-hit blocks below count hits in this range."
+        "was evicted or the run ended; the most-hit, -stored or -evicted blocks below count "
+        "in this range."
     )
-    top = hotspots.top_blocks(run, window, TOP_BLOCKS)
     histogram = hotspots.hit_count_histogram(frequencies)
     left, right = st.columns(2)
     with left:
-        show_chart(hotspot_charts.top_blocks_figure(top), top, key="hotspots_top_blocks")
+        ranked_by = st.radio(
+            "Most ... blocks",
+            hotspots.HEAT_MEASURES,
+            format_func=lambda measure: hotspot_charts.TOP_TITLES[measure].removeprefix("Most-"),
+            horizontal=True,
+            key="hotspots_top_measure",
+        )
+        top = hotspots.top_blocks(run, window, TOP_BLOCKS, measure=ranked_by)
+        show_chart(hotspot_charts.top_blocks_figure(top, ranked_by), top, key="hotspots_top_blocks")
     with right:
         show_chart(
             hotspot_charts.hit_histogram_figure(histogram), histogram, key="hotspots_histogram"
@@ -60,7 +68,7 @@ def render() -> None:
             frequencies,
             key="hotspots_concentration",
         )
-    st.subheader("Most-hit blocks")
+    st.subheader(f"{hotspot_charts.TOP_TITLES[ranked_by]} blocks")
     st.dataframe(top, hide_index=True, key="hotspots_top_table")
 
 
