@@ -14,7 +14,6 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     """Add --block-size, --num-blocks, --timing and the rest to a subcommand's parser."""
     from collector.replay.block_manager import HASH_ALGOS
     from collector.replay.replayer import TIMINGS
-    from collector.replay.traces import FORMATS
 
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
     parser.add_argument(
@@ -44,13 +43,7 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         default=25.0,
         help="step time added per computed prompt token (timestamps)",
     )
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="auto",
-        dest="trace_format",
-        help="the trace's format (auto: from its first line)",
-    )
+    add_format_option(parser)
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
     parser.add_argument(
         "--record-token-ids", action="store_true", help="store prompt token ids (private!)"
@@ -64,6 +57,18 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         "--check-collisions",
         action="store_true",
         help="fingerprint every cached block and check each prefix hit against it",
+    )
+
+
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    from collector.replay.traces import FORMATS
+
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        dest="trace_format",
+        help="the trace's format (auto: from its first line)",
     )
 
 

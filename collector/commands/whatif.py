@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
-from collector.commands.replay_options import add_layout_option
+from collector.commands.replay_options import add_format_option, add_layout_option
 from collector.queries.config import run_config
 
 
@@ -29,7 +29,6 @@ def _numbers(kind: type, text: str) -> list[Any]:
 def register(commands: Any) -> None:
     from collector.replay.block_manager import HASH_ALGOS
     from collector.replay.replayer import TIMINGS
-    from collector.replay.traces import FORMATS
 
     parser = commands.add_parser(
         "whatif",
@@ -55,13 +54,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--timing", choices=TIMINGS, help="default: the run's, else sequential")
     parser.add_argument("--hash-algo", choices=HASH_ALGOS, help="default: the run's, else sha256")
     add_layout_option(parser, default=None)
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="auto",
-        dest="trace_format",
-        help="the trace's format (auto: from its first line)",
-    )
+    add_format_option(parser)
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
