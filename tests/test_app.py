@@ -109,7 +109,10 @@ def test_overview_figures_match_the_summary() -> None:
     settings = dict(config.to_numpy().tolist())
     assert settings["options.kv_layout"] == "full"
     assert settings["options.check_collisions"] == "True"
-    assert "options" not in settings
+    assert settings["options.step_model.step_ms"] == "10.0"
+    assert settings["options.kv_groups[0].kind"] == "full"
+    assert settings["options.kv_groups[0].block_size"] == "16"
+    assert "options" not in settings and "options.kv_groups" not in settings
 
 
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:

@@ -123,24 +123,33 @@ def _integrity(run: RunFile, window: TimeWindow, points: pd.DataFrame) -> None:
 
 
 def _config_rows(config: RunRow) -> pd.DataFrame:
-    """The runs row, one setting a row, its options (JSON) spread over a row each."""
+    """The runs row, one setting a row, its options (JSON) spread over a row each, down to
+    plain values (`options.step_model.step_ms`, `options.kv_groups[0].kind`)."""
     settings: dict[str, Any] = {name: value for name, value in config.items() if name != "options"}
-    options = json.loads(config["options"] or "{}")
-    settings |= {f"options.{name}": value for name, value in sorted(options.items())}
+    settings |= _spread("options", json.loads(config["options"] or "{}"))
     return pd.DataFrame(
         {
             "setting": list(settings),
-            "value": [_shown_value(value) for value in settings.values()],
+            "value": ["" if value is None else str(value) for value in settings.values()],
         }
     )
 
 
-def _shown_value(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(", ", ": "))
-    return str(value)
+def _spread(name: str, value: Any) -> dict[str, Any]:
+    """A JSON value as rows of plain values, named by their path under `name`."""
+    if isinstance(value, dict):
+        return {
+            row: shown
+            for key in sorted(value)
+            for row, shown in _spread(f"{name}.{key}", value[key]).items()
+        }
+    if isinstance(value, list) and value:
+        return {
+            row: shown
+            for index, item in enumerate(value)
+            for row, shown in _spread(f"{name}[{index}]", item).items()
+        }
+    return {name: value}
 
 
 if __name__ == "__main__":
