@@ -34,7 +34,9 @@ def test_page_shows_the_advise_suggestions_in_rank_order() -> None:
     curves = charts[0]
     assert curves["layout"]["title"]["text"].startswith("What-if")
     names = [trace["name"] for trace in curves["data"]]
-    assert names[0] == "block size 16 (this run)"
+    # The run's own curve is drawn last (over the others) and listed first in the legend.
+    assert names[-1] == "block size 16 (this run)"
+    assert curves["data"][-1]["legendrank"] == 0
     assert "block size 32" in names  # the sample recorded its prompts: other block sizes too
     # The checks table is plain text: a title's `code` marks are dropped there.
     (checks,) = [frame.value for frame in app.dataframe if "rule" in frame.value.columns]
