@@ -66,14 +66,13 @@ def compare_figures(
     of different `block_sizes` (first's, second's) compare block counts in tokens: evictions
     per request would halve at twice the block size with nothing else changed."""
     rows = []
-    in_tokens = block_sizes is not None and block_sizes[0] != block_sizes[1]
+    sizes = block_sizes if block_sizes and block_sizes[0] != block_sizes[1] else None
     for name, blocks_label, more_is_better, unit in COMPARED_FIGURES:
         a, b = first[name], second[name]
         label = blocks_label
-        if in_tokens and name in BLOCK_COUNTS:
-            assert block_sizes is not None
+        if sizes and name in BLOCK_COUNTS:
             label = BLOCK_COUNTS[name]
-            a, b = a * block_sizes[0], b * block_sizes[1]
+            a, b = a * sizes[0], b * sizes[1]
         delta = b - a
         if delta == 0:
             verdict = "same"

@@ -139,10 +139,15 @@ def _priced(frame: pd.DataFrame, model: CostModel, block_size: int, flops: Any) 
     )
 
 
+def _days_per(duration_s: float) -> float:
+    """How many windows of `duration_s` make a day (0 for an empty window)."""
+    return SECONDS_PER_DAY / duration_s if duration_s > 0 else 0.0
+
+
 def per_day(priced: pd.DataFrame, duration_s: float) -> pd.DataFrame:
     """Priced rows with their savings scaled to a day at the window's rate (0 for an empty
     window): GPU-hours and dollars per day."""
-    scale = SECONDS_PER_DAY / duration_s if duration_s > 0 else 0.0
+    scale = _days_per(duration_s)
     return priced.assign(
         gpu_hours_per_day=priced["gpu_seconds_saved"] * scale / SECONDS_PER_HOUR,
         dollars_per_day=priced["dollars_saved"] * scale,
@@ -198,7 +203,7 @@ def roi_figures(
         model.prompt_flops(float(prompts.hit_tokens), float(prompts.hit_tokens_squared))
     )
     requests = prompts.requests
-    scale = SECONDS_PER_DAY / duration_s if duration_s > 0 else 0.0
+    scale = _days_per(duration_s)
     gb_seconds = block_seconds * model.kv_bytes_per_block(block_size) / BYTES_PER_GB
     return {
         "prefill_ms_uncached": 1000 * uncached_s / requests if requests else 0.0,

@@ -14,9 +14,13 @@ def chart_figure(chart: dict[str, Any]) -> go.Figure:
     """A suggestion's chart (line, bar or scatter) as the advisor described it; a curve of
     "this run" is drawn over the others (wider), and keeps its place in the legend."""
     figure = go.Figure()
-    numbered = list(enumerate(chart["series"]))
-    this_run = [item for item in numbered if item[1]["name"].endswith("(this run)")]
-    for number, series in [item for item in numbered if item not in this_run] + this_run:
+    this_run = {
+        number
+        for number, series in enumerate(chart["series"])
+        if series["name"].endswith("(this run)")
+    }
+    drawn = sorted(enumerate(chart["series"]), key=lambda item: item[0] in this_run)
+    for number, series in drawn:
         color = nth_color(number)
         if chart["kind"] == "bar":
             figure.add_bar(x=series["x"], y=series["y"], name=series["name"], marker_color=color)
@@ -28,7 +32,7 @@ def chart_figure(chart: dict[str, Any]) -> go.Figure:
                 y=series["y"],
                 name=series["name"],
                 mode=mode,
-                line={"color": color, "width": 3 if (number, series) in this_run else 2},
+                line={"color": color, "width": 3 if number in this_run else 2},
                 marker={"color": color, "size": 9 if replays else 6},
                 legendrank=number,
             )

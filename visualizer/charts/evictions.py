@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import styled
+from visualizer.charts.theme import blank_zeros, styled
 
 OTHERS = "(others)"
 
@@ -14,10 +14,7 @@ OTHERS = "(others)"
 def top_cells(cells: pd.DataFrame, limit: int) -> pd.DataFrame:
     """Cells (evicting, evicted, evictions: labels and counts) with the rows and columns
     past the `limit` that evicted, or lost, the most folded into one "(others)" each."""
-    kept: dict[str, set[str]] = {}
-    for side in ("evicting", "evicted"):
-        totals = cells.groupby(side, sort=False)["evictions"].sum()
-        kept[side] = set(totals.sort_values(ascending=False, kind="stable").index[:limit])
+    kept = {side: set(_by_total(cells, side)[:limit]) for side in ("evicting", "evicted")}
     folded = cells.assign(
         evicting=cells["evicting"].where(cells["evicting"].isin(kept["evicting"]), OTHERS),
         evicted=cells["evicted"].where(cells["evicted"].isin(kept["evicted"]), OTHERS),
@@ -34,8 +31,7 @@ def eviction_matrix_figure(cells: pd.DataFrame, title: str) -> go.Figure:
     grid = cells.pivot_table(
         index="evicting", columns="evicted", values="evictions", aggfunc="sum"
     ).reindex(index=rows, columns=columns)
-    counts = grid.to_numpy(dtype=float, copy=True)
-    counts[counts == 0] = np.nan
+    counts = blank_zeros(grid)
     text = [["" if np.isnan(value) else f"{value:,.0f}" for value in row] for row in counts]
     figure = go.Figure(
         go.Heatmap(
@@ -67,8 +63,13 @@ def eviction_matrix_figure(cells: pd.DataFrame, title: str) -> go.Figure:
 
 def _ordered(cells: pd.DataFrame, side: str) -> list[str]:
     """The labels of one side, most evictions first, "(others)" last."""
-    totals = cells.groupby(side, sort=False)["evictions"].sum()
-    labels = [str(label) for label in totals.sort_values(ascending=False, kind="stable").index]
+    labels = _by_total(cells, side)
     return [label for label in labels if label != OTHERS] + [
         label for label in labels if label == OTHERS
     ]
+
+
+def _by_total(cells: pd.DataFrame, side: str) -> list[str]:
+    """The labels of one side, most evictions first (ties in the frame's order)."""
+    totals = cells.groupby(side, sort=False)["evictions"].sum()
+    return [str(label) for label in totals.sort_values(ascending=False, kind="stable").index]

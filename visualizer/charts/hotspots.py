@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, styled
+from visualizer.charts.theme import COLORS, blank_zeros, styled
 
 HEAT_SCALES = {"hits": "Greens", "stores": "Blues", "evictions": "Oranges"}
 
@@ -17,8 +16,7 @@ def heatmap_figure(heat: pd.DataFrame, measure: str, block_bin_size: int) -> go.
         index="block_start", columns="t_s", values=measure, aggfunc="sum", fill_value=0
     )
     bins = "block" if block_bin_size == 1 else f"{block_bin_size} blocks"
-    counts = grid.to_numpy(dtype=float, copy=True)
-    counts[counts == 0] = np.nan  # nothing happened there: left blank, not tinted
+    counts = blank_zeros(grid)
     figure = go.Figure(
         go.Heatmap(
             x=grid.columns,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -55,6 +56,14 @@ LAYOUT: dict[str, Any] = {
     "hovermode": "x unified",
 }
 RATIO_AXIS = {"title": "hit ratio", "range": [0, 1], "tickformat": ".0%"}
+
+
+def blank_zeros(grid: pd.DataFrame) -> np.ndarray:
+    """A heatmap's counts with the cells where nothing happened as NaN: left blank, not
+    tinted at the bottom of the scale."""
+    counts = grid.to_numpy(dtype=float, copy=True)
+    counts[counts == 0] = np.nan
+    return counts
 
 
 def per_point(points: pd.DataFrame, what: str) -> str:

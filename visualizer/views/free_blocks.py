@@ -21,6 +21,7 @@ from collector.queries.pool import (
 from collector.store.run_file import RunFile
 from visualizer.charts.evictions import eviction_matrix_figure, top_cells
 from visualizer.charts.free_blocks import free_blocks_figure
+from visualizer.charts.theme import per_point
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
@@ -59,7 +60,7 @@ def render() -> None:
     st.caption(
         "In use at the bottom, then cached but free (evictable: a hit brings it back), then "
         "free with no cached content. The dashed line is 10 % free; shaded stretches are "
-        f"under it. Triangles mark evictions (per {_width(coarse)}, larger for more), "
+        f"under it. Triangles mark {per_point(coarse, 'evictions')} (larger for more), "
         "crosses preemptions."
     )
     extremes = free_block_extremes(run, window=window)
@@ -143,11 +144,6 @@ def _family(root: Any, owner: Any, missing: str = "(unknown)") -> str:
     if pd.isna(root):
         return missing
     return f"{hash_hex(int(root))[:8]} ({owner if isinstance(owner, str) else 'no tenant'})"
-
-
-def _width(points: pd.DataFrame) -> str:
-    """How long each point lasts, in words."""
-    return f"{float(points['width_s'].iloc[0]):.3g} s" if not points.empty else "point"
 
 
 def _marks(points: pd.DataFrame, column: str) -> pd.DataFrame:
