@@ -183,8 +183,8 @@ def test_block_size(tmp_path: Path) -> None:
 # -- dynamic field ---------------------------------------------------------------------
 
 
-def report_rows(stamped: bool) -> Rows:
-    header, body = tokens(400, 8), tokens(401, 100)
+def report_rows(stamped: bool, header_tokens: int = 8) -> Rows:
+    header, body = tokens(400, header_tokens), tokens(401, 100)
     return [
         {
             "request_id": f"report-{index}",
@@ -220,6 +220,18 @@ def test_dynamic_field(tmp_path: Path) -> None:
     status, _, detail = judge(unrecorded, "dynamic-field")
     assert status == "skipped"
     assert "token ids" in detail
+
+
+def test_dynamic_field_after_a_header_longer_than_the_window(tmp_path: Path) -> None:
+    # The whole family shares windows inside its 20-token header (before the field) as well
+    # as after the field: the first must not hide the second.
+    rows = report_rows(stamped=True, header_tokens=20)
+    run = run_of(tmp_path, "long_header", rows, num_blocks=400, record_token_ids=True)
+    status, (suggestion,), _ = judge(run, "dynamic-field")
+    assert status == "fired"
+    assert suggestion.figures["requests"] == 12
+    assert (suggestion.figures["field_start"], suggestion.figures["field_tokens"]) == (20, 10)
+    assert suggestion.figures["agreement_tokens"] == 100
 
 
 def test_dynamic_field_ignores_chats_that_never_agree_again(tmp_path: Path) -> None:

@@ -66,9 +66,11 @@ def find_dynamic_fields(prompts: Sequence[tuple[int, ...]]) -> list[DynamicField
         member_set = frozenset(members)
         if member_set in seen or len(member_set & assigned) * 2 > len(member_set):
             continue
-        seen.add(member_set)
+        # A family shares its header before the field too: only a window with a field
+        # before it settles the family, so later windows of the same members are still read.
         found = _field_before(prompts, members, position)
         if found is not None:
+            seen.add(member_set)
             fields.append(found)
             assigned |= member_set
     return fields
