@@ -1,5 +1,7 @@
 #!/bin/sh
-# Regenerates the committed sample: the trace (kvscope generate), its replayed run, the
+# Regenerates the committed sample: the trace (kvscope generate: English prompts tokenized by
+# Mistral 7B's tokenizer, which mistral_common ships), its replayed run (with token ids and
+# that tokenizer's name, so the app shows prompts as text), the
 # same trace replayed with block size 32 in the same memory (for the Compare runs page), and
 # as a hybrid model of gpt-oss's shape would hold it (full and 128-token sliding-window
 # groups, for the KV cache groups page); the last two without token ids, to keep them small.
@@ -12,7 +14,8 @@ rm -f "$here/trace.jsonl.gz" "$here/run.duckdb" "$here/run_block32.duckdb" \
 kvscope generate --out "$here/trace.jsonl.gz" --seed 7
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" --out "$here/run.duckdb" \
     --block-size 16 --num-blocks 1200 --timing timestamps --max-num-seqs 32 \
-    --record-token-ids --reveal-tenants --check-collisions --quiet --json
+    --record-token-ids --tokenizer mistral_common:data/tokenizer.model.v1 \
+    --reveal-tenants --check-collisions --quiet --json
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
     --out "$here/run_block32.duckdb" \
     --block-size 32 --num-blocks 600 --timing timestamps --max-num-seqs 32 \

@@ -34,14 +34,16 @@ def by_rule(document: dict, rule: str) -> dict:
 
 def test_names_the_dynamic_timestamp_family(advice_json: dict) -> None:
     field = by_rule(advice_json, "dynamic-field")
-    # The sample's report-* prompts: an 8-token header, a 10-token timestamp, 600 tokens.
+    # The sample's report-* prompts, in Mistral's tokens: "<s>Daily operations report.
+    # Generated at 2026-11-29 " (20 tokens), "HH:MM:SS" (8, a digit each), then " UTC.", the
+    # instructions, the example table and "Figures:" (491), then the day's figures.
     assert field["figures"]["family"] == "report-*"
-    assert field["figures"]["field_start"] == 8
-    assert field["figures"]["field_tokens"] == 10
-    assert field["figures"]["agreement_tokens"] == 600
+    assert field["figures"]["field_start"] == 20
+    assert field["figures"]["field_tokens"] == 8
+    assert field["figures"]["agreement_tokens"] == 491
     assert field["figures"]["requests"] == 60
     assert field["gain_tokens"] > 0
-    assert field["action"].startswith("prompt change: move the 10-token field at token 8")
+    assert field["action"].startswith("prompt change: move the 8-token field at token 20")
 
 
 def test_recommends_the_cache_size_of_the_curve(advice_json: dict) -> None:
@@ -71,9 +73,9 @@ def test_markdown_says_the_same_with_numbers(
     assert f"Grow the KV cache to {size['recommended_num_blocks']:,} blocks" in markdown
     assert f"{size['recommended_token_hit_ratio']:.1%}" in markdown
     assert "+8 GiB of KV cache (+4,096 blocks)" in markdown
-    assert "`report-*` prompts carry a dynamic field at token 8" in markdown
-    assert "differ for 10 tokens (8-17" in markdown
-    assert "agree again for 600 tokens" in markdown
+    assert "`report-*` prompts carry a dynamic field at token 20" in markdown
+    assert "differ for 8 tokens (20-27" in markdown
+    assert "agree again for 491 tokens" in markdown
     titles = [line for line in markdown.splitlines() if line.startswith("## ")]
     ranked = [entry["title"] for entry in advice_json["suggestions"]]
     assert titles == [f"## {rank}. {title}" for rank, title in enumerate(ranked, 1)] + ["## Checks"]

@@ -18,7 +18,9 @@ from streamlit.testing.v1 import AppTest
 from collector.queries import activity, hotspots, prefix_tree, roi
 from collector.queries.summary import run_summary
 from collector.queries.timeline import time_grid
+from collector.replay.sample_text import INTROS
 from collector.store.run_file import RunFile
+from collector.token_text import SAMPLE_TOKENIZER
 from tests.support.app import go_to, metrics, start
 from tests.support.repo import SAMPLE_RUN
 from tests.support.runs import shared_prefix_run
@@ -82,7 +84,7 @@ def test_overview_figures_match_the_summary() -> None:
     with RunFile.open(SAMPLE_RUN) as run_file:
         summary = run_summary(run_file)
     shown = metrics(app)
-    assert shown["Requests"] == f"{summary['requests']:,}" == "490"
+    assert shown["Requests"] == f"{summary['requests']:,}" == "500"
     assert shown["Hit ratio (tokens)"] == f"{summary['token_hit_ratio']:.1%}"
     assert shown["Hit ratio (blocks)"] == f"{summary['block_hit_ratio']:.1%}"
     assert shown["Tokens saved"] == f"{summary['hit_tokens']:,}"
@@ -97,7 +99,7 @@ def test_overview_figures_match_the_summary() -> None:
         f"{summary['low_free_s']:,.1f} s ({summary['low_free_time_share']:.0%})"
     )
     assert summary["low_free_s"] > 0
-    assert shown["Preemptions"] == f"{summary['preemptions']:,}" == "5"
+    assert shown["Preemptions"] == f"{summary['preemptions']:,}" == "1"
     # Nothing went wrong: a badge, not a flat chart.
     assert [badge.value for badge in app.success] == [
         f"Integrity: 0 collisions in {summary['block_hits']:,} block hits checked; "
@@ -194,10 +196,10 @@ def test_time_filter_narrows_every_page() -> None:
     shown = metrics(app)
     assert shown["Requests"] == f"{figures['requests']:,}"
     assert shown["Hit ratio (tokens)"] == f"{figures['token_hit_ratio']:.1%}"
-    assert 0 < figures["requests"] < 490
+    assert 0 < figures["requests"] < 500
     # The same range on another page, and on its chart's axis.
     app = go_to(app, "views/collisions.py")
-    assert "50.0-100.0 s of 235.5 s" in captions(app)
+    assert "50.0-100.0 s of 215.5 s" in captions(app)
     assert f"{figures['block_hits']:,} block hits checked" in app.success[0].value
     times = values(chart_traces(app)[0][0], "x")
     assert min(times) >= 50.0 and max(times) < 100.0
@@ -252,22 +254,44 @@ def write_word_tokenizer(folder: Path) -> Path:
 
 
 def test_prefix_text_needs_token_ids_and_a_local_tokenizer(tmp_path: Path) -> None:
+    # The sample run names its tokenizer (Mistral 7B's, as mistral_common ships it): the
+    # tree's nodes and the hottest prefixes are text from the start.
     app = go_to(start(), "views/prefix_tree.py")
-    assert "Lengths only: no tokenizer is on this machine" in captions(app)
+    assert app.text_input(key="prefix_tree_tokenizer").value == SAMPLE_TOKENIZER
+    assert len(app.expander) == 5
+    texts = [element.value for element in app.get("text")]
+    openings = (*INTROS.values(), "Daily operations report.")
+    assert len(texts) == 5 and all(text.startswith(openings) for text in texts)
+    labels = values(chart_traces(app)[0][0], "labels")
+    assert sum(label.startswith(("You are", "Daily operations")) for label in labels) >= 4
+    # No such tokenizer: positions.
+    app.text_input(key="prefix_tree_tokenizer").input("kvscope-tests/no-such-model").run()
+    assert "Positions, not text: no tokenizer is on this machine" in captions(app)
     assert not app.expander
+    assert values(chart_traces(app)[0][0], "labels")[1].startswith("pos 0-")
+    # Any tokenizer.json: here token i is the word "w<i>".
     folder = write_word_tokenizer(tmp_path / "tokenizer")
     app.text_input(key="prefix_tree_tokenizer").input(str(folder)).run()
     assert not app.exception, app.exception
-    assert len(app.expander) == 5
     texts = [element.value for element in app.get("text")]
-    assert len(texts) == 5 and all(text.startswith("w") for text in texts)
+    assert len(texts) == 5 and all(text.startswith("w1 ") for text in texts)  # BOS first
     # The sample's shortest hot prefix is a tenant's system prompt: 22 blocks of 16 tokens.
     assert min(len(text.split()) for text in texts) == 22 * 16
-    # A run without token ids shows lengths, whatever the tokenizer.
+    # A run without token ids shows positions, whatever the tokenizer.
     second = go_to(
         start(SECOND_SAMPLE_RUN, prefix_tree_tokenizer=str(folder)), "views/prefix_tree.py"
     )
     assert "the run did not record token ids" in captions(second)
+
+
+def test_picking_a_prefix_tree_node_zooms_the_tree() -> None:
+    app = go_to(start(), "views/prefix_tree.py")
+    assert chart_traces(app)[0][0]["level"] == "all"
+    app.selectbox(key="prefix_tree_node").select_index(2).run()
+    picked = app.selectbox(key="prefix_tree_node").value
+    assert picked and chart_traces(app)[0][0]["level"] == picked
+    app.selectbox(key="prefix_tree_node").select_index(0).run()
+    assert chart_traces(app)[0][0]["level"] == "all"
 
 
 def test_roi_inputs_change_every_estimate() -> None:

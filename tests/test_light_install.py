@@ -43,7 +43,7 @@ def kvscope_without_vllm(*args: str) -> subprocess.CompletedProcess[str]:
 def test_run_file_commands_need_no_vllm(tmp_path: Path) -> None:
     summary = kvscope_without_vllm("summary", str(SAMPLE_RUN), "--json")
     assert summary.returncode == 0, summary.stderr
-    assert json.loads(summary.stdout)["requests"] == 490
+    assert json.loads(summary.stdout)["requests"] == 500
     advise = kvscope_without_vllm("advise", str(SAMPLE_RUN), "--json")
     assert advise.returncode == 0, advise.stderr
     report = kvscope_without_vllm(
@@ -72,7 +72,7 @@ def test_the_app_needs_no_vllm() -> None:
     )
     result = run_without_vllm(script)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert result.stdout.strip().splitlines()[-1] == "490"
+    assert result.stdout.strip().splitlines()[-1] == "500"
 
 
 def test_replay_and_whatif_say_what_they_need_and_write_nothing(tmp_path: Path) -> None:

@@ -1,18 +1,22 @@
 """Prefix-tree queries on a small real run (tests/support/runs.py), with exact rows; merging runs of
-blocks; token ids back to text with a tokenizer built on the spot (no download)."""
+blocks; token ids to text and back with a tokenizer built on the spot and with Mistral's, as
+the mistral_common package ships it (nothing is downloaded)."""
 
 from __future__ import annotations
 
+import importlib.resources
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from collector import token_text
 from collector.queries import prefix_tree
+from collector.queries.config import recorded_tokenizer
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from tests.support.runs import hex_names, shared_prefix_run, stored_hashes
-from visualizer import token_text
 
 
 @pytest.fixture
@@ -151,8 +155,25 @@ def test_token_text_with_a_local_tokenizer(tmp_path: Path) -> None:
     folder = write_word_tokenizer(tmp_path / "tokenizer", 30)
     tokenizer = token_text.load_local_tokenizer(str(folder))
     assert tokenizer is not None
-    assert token_text.decode(tokenizer, [1, 2, 21]) == "w1 w2 w21"
+    assert tokenizer.decode([1, 2, 21]) == "w1 w2 w21"
     assert token_text.load_local_tokenizer(str(folder / "tokenizer.json")) is not None
+
+
+def test_token_text_with_a_sentencepiece_model_in_a_package(tmp_path: Path) -> None:
+    tokenizer = token_text.load_local_tokenizer(token_text.SAMPLE_TOKENIZER)
+    assert tokenizer is not None
+    ids = tokenizer.encode("Daily operations report.")
+    assert tokenizer.decode(ids) == "Daily operations report."
+    # The same file by its path, and in a folder as tokenizer.model.
+    file = Path(str(importlib.resources.files("mistral_common") / "data/tokenizer.model.v1"))
+    by_path = token_text.load_local_tokenizer(str(file))
+    assert by_path is not None and by_path.encode("Daily operations report.") == ids
+    (tmp_path / "model").mkdir()
+    shutil.copy(file, tmp_path / "model" / "tokenizer.model")
+    in_folder = token_text.load_local_tokenizer(str(tmp_path / "model"))
+    assert in_folder is not None and in_folder.decode(ids) == "Daily operations report."
+    assert token_text.load_local_tokenizer("mistral_common:data/no-such-file") is None
+    assert token_text.load_local_tokenizer("no_such_package:data/tokenizer.model") is None
 
 
 def test_no_tokenizer_means_none(tmp_path: Path) -> None:
@@ -161,3 +182,15 @@ def test_no_tokenizer_means_none(tmp_path: Path) -> None:
     broken = tmp_path / "tokenizer.json"
     broken.write_text("{not json")
     assert token_text.load_local_tokenizer(str(broken)) is None
+    not_a_model = tmp_path / "tokenizer.model"
+    not_a_model.write_bytes(b"not a SentencePiece model")
+    assert token_text.load_local_tokenizer(str(not_a_model)) is None
+
+
+def test_the_tokenizer_a_run_names() -> None:
+    assert recorded_tokenizer({"options": '{"tokenizer": "t", "model": "m"}'}) == "t"
+    assert recorded_tokenizer({"options": {"model": "meta-llama/Llama-3.1-8B"}}) == (
+        "meta-llama/Llama-3.1-8B"
+    )
+    assert recorded_tokenizer({"options": '{"tokenizer": null}'}) == ""
+    assert recorded_tokenizer({"options": None}) == ""

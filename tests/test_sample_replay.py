@@ -25,7 +25,8 @@ def test_replaying_the_sample_trace_gives_the_committed_run(
     run = tmp_path / "run.duckdb"
     arguments = ["replay", str(SAMPLE_TRACE), "--out", str(run), "--block-size", "16"]
     arguments += ["--num-blocks", "1200", "--timing", "timestamps", "--max-num-seqs", "32"]
-    arguments += ["--record-token-ids", "--reveal-tenants", "--check-collisions", "--quiet"]
+    arguments += ["--record-token-ids", "--tokenizer", "mistral_common:data/tokenizer.model.v1"]
+    arguments += ["--reveal-tenants", "--check-collisions", "--quiet"]
     assert main(arguments) == 0
     with RunFile.open(run) as replayed, RunFile.open(SAMPLE_RUN) as committed:
         tables = [row[0] for row in committed.rows("SHOW TABLES")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,12 @@ def register(commands: Any) -> None:
         description=(
             "A seeded trace of three tenants' traffic: multi-turn chats on shared system "
             "prompts, RAG requests over Zipf-popular documents, and a burst of daily reports "
-            "with a timestamp near the start. The defaults reproduce the committed sample "
-            "(sample_data/trace.jsonl.gz) byte for byte; another --seed gives another trace "
-            "of the same shape."
+            "with a timestamp near the start. The prompts are English text tokenized by "
+            "Mistral 7B's tokenizer, which vLLM's requirement mistral_common ships "
+            "(replay with --tokenizer mistral_common:data/tokenizer.model.v1 and "
+            "--record-token-ids to see them as text in the app). The defaults reproduce the "
+            "committed sample (sample_data/trace.jsonl.gz) byte for byte; another --seed "
+            "gives another trace of the same shape."
         ),
     )
     parser.add_argument("--out", type=Path, required=True, help="trace to write (.jsonl[.gz])")
@@ -60,7 +64,7 @@ def register(commands: Any) -> None:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from collector.replay.workload import WorkloadShape, generate, write_trace
+    from collector.replay.workload import NoSampleTokenizer, WorkloadShape, generate, write_trace
 
     shape = WorkloadShape(
         seed=args.seed,
@@ -69,7 +73,11 @@ def _run_generate(args: argparse.Namespace) -> int:
         num_rag_requests=args.num_rag_requests,
         num_reports=args.num_reports,
     )
-    rows = generate(shape)
+    try:
+        rows = generate(shape)
+    except NoSampleTokenizer as error:
+        print(f"kvscope: error: {error}", file=sys.stderr)
+        return 2
     write_trace(rows, args.out)
     sample = " (the committed sample's trace)" if shape == WorkloadShape() else ""
     print(f"wrote {len(rows)} requests to {args.out}{sample}")

@@ -49,6 +49,13 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         "--record-token-ids", action="store_true", help="store prompt token ids (private!)"
     )
     parser.add_argument(
+        "--tokenizer",
+        metavar="NAME",
+        help="the tokenizer that made the trace's token ids, recorded in the run so the app "
+        "shows its prompts as text: a tokenizer.json, a SentencePiece model, package:path "
+        "or a model name (the sample's: mistral_common:data/tokenizer.model.v1)",
+    )
+    parser.add_argument(
         "--reveal-tenants",
         action="store_true",
         help="store tenant and LoRA adapter names, not pseudonyms",
@@ -97,6 +104,7 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         trace_format=args.trace_format,
         limit=args.limit,
         record_token_ids=args.record_token_ids,
+        tokenizer=args.tokenizer,
         reveal_tenants=args.reveal_tenants,
         check_collisions=args.check_collisions,
     )

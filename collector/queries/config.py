@@ -41,6 +41,15 @@ def run_config(run: RunFile) -> RunRow:
     return cast(RunRow, row)
 
 
+def recorded_tokenizer(config: Mapping[str, Any]) -> str:
+    """The tokenizer a run names for its token ids: a replay's --tokenizer, else a live
+    engine's model; "" when it names none."""
+    options = config.get("options") or {}
+    if isinstance(options, str):
+        options = json.loads(options)
+    return str(options.get("tokenizer") or options.get("model") or "")
+
+
 def describe_source(config: Mapping[str, Any]) -> str:
     """Where a run's records came from, as a phrase: "replay of TRACE" (the trace file's
     name: its folder is the machine's that replayed it), "live capture of engine host:123",

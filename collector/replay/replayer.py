@@ -40,6 +40,7 @@ class ReplayOptions:
     trace_format: str = "auto"
     limit: int | None = None
     record_token_ids: bool = False
+    tokenizer: str | None = None
     reveal_tenants: bool = False
     check_collisions: bool = False
 
@@ -156,6 +157,7 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
             "trace_format": options.trace_format,
             "limit": options.limit,
             "record_token_ids": options.record_token_ids,
+            "tokenizer": options.tokenizer,
             "reveal_tenants": options.reveal_tenants,
             "check_collisions": options.check_collisions,
             "kv_layout": settings.kv_layout,

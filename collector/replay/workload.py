@@ -1,5 +1,9 @@
 """`kvscope generate`: a realistic, seeded request trace in kvscope's own format.
 
+Its prompts are English text (`sample_text`) tokenized by a real model's tokenizer, Mistral
+7B's, which vLLM's requirement `mistral_common` ships (`token_text.SAMPLE_TOKENIZER`); each
+prompt starts with that tokenizer's beginning-of-sequence token, as vLLM's would.
+
 What it holds, so every page and rule has something to show:
 - tenants with their own shared system prompts (one tenant salts its cache, per tenant);
 - multi-turn chats whose next turn extends the history, the assistant's answer included;
@@ -19,7 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-VOCABULARY = (1_000, 32_000)
+from collector.replay.sample_text import SampleText
+from collector.token_text import SAMPLE_TOKENIZER, TextTokenizer, load_local_tokenizer
+
+# Mistral's tokenizer's beginning-of-sequence token.
+BEGIN = 1
+
+
+class NoSampleTokenizer(RuntimeError):
+    """The sample tokenizer is not installed (it comes with vLLM's requirements)."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +55,11 @@ class _Tenant:
 
 
 class _Builder:
-    def __init__(self, shape: WorkloadShape) -> None:
+    def __init__(self, shape: WorkloadShape, tokenizer: TextTokenizer) -> None:
         self.shape = shape
         self.random = random.Random(shape.seed)
+        self.text = SampleText(self.random, tokenizer.encode)
         self.rows: list[dict[str, Any]] = []
-
-    def tokens(self, low: int, high: int) -> list[int]:
-        return [self.random.randrange(*VOCABULARY) for _ in range(self.random.randint(low, high))]
 
     def arrival_ms(self) -> float:
         return round(self.random.uniform(0, self.shape.duration_s * 1000), 3)
@@ -60,11 +70,20 @@ class _Builder:
 
 def generate(shape: WorkloadShape) -> list[dict[str, Any]]:
     """The workload's requests as trace rows, ordered by arrival."""
-    builder = _Builder(shape)
+    tokenizer = load_local_tokenizer(SAMPLE_TOKENIZER)
+    if tokenizer is None:
+        raise NoSampleTokenizer(
+            f"the sample's tokenizer ({SAMPLE_TOKENIZER}) is not installed: it comes with "
+            "vLLM (pip install 'kvscope[vllm]'), or pip install mistral_common sentencepiece"
+        )
+    builder = _Builder(shape, tokenizer)
     tenants = [
-        _Tenant("acme", builder.tokens(420, 520), None),
-        _Tenant("globex", builder.tokens(340, 400), None),
-        _Tenant("initech", builder.tokens(380, 460), "initech-isolation"),
+        _Tenant(name, [BEGIN, *builder.text.system_prompt(name, low, high)], salt)
+        for name, low, high, salt in (
+            ("acme", 420, 520, None),
+            ("globex", 340, 400, None),
+            ("initech", 380, 460, "initech-isolation"),
+        )
     ]
     _add_chats(builder, tenants)
     _add_rag(builder, tenants)
@@ -82,8 +101,8 @@ def _add_chats(builder: _Builder, tenants: list[_Tenant]) -> None:
         history = list(tenant.system_prompt)
         timestamp = builder.arrival_ms()
         for turn in range(builder.random.randint(2, 6)):
-            history += builder.tokens(20, 120)
-            answer = builder.tokens(30, 160)
+            history += builder.text.question(tenant.name, 20, 120)
+            answer = builder.text.answer(30, 160)
             builder.add(
                 {
                     "request_id": f"chat-{chat}-turn-{turn}",
@@ -101,7 +120,9 @@ def _add_chats(builder: _Builder, tenants: list[_Tenant]) -> None:
 
 
 def _add_rag(builder: _Builder, tenants: list[_Tenant]) -> None:
-    documents = [builder.tokens(200, 500) for _ in range(builder.shape.num_documents)]
+    documents = [
+        builder.text.document(number, 200, 500) for number in range(builder.shape.num_documents)
+    ]
     weights = [1 / (rank + 1) ** 1.2 for rank in range(len(documents))]
     for number in range(builder.shape.num_rag_requests):
         tenant = tenants[number % len(tenants)]
@@ -109,7 +130,7 @@ def _add_rag(builder: _Builder, tenants: list[_Tenant]) -> None:
         prompt = list(tenant.system_prompt)
         for index in sorted(set(chosen)):
             prompt += documents[index]
-        prompt += builder.tokens(15, 40)
+        prompt += builder.text.question(tenant.name, 15, 40)
         builder.add(
             {
                 "request_id": f"rag-{number}",
@@ -123,14 +144,18 @@ def _add_rag(builder: _Builder, tenants: list[_Tenant]) -> None:
 
 
 def _add_reports(builder: _Builder, tenant: _Tenant) -> None:
-    header = builder.tokens(8, 8)
-    instructions = builder.tokens(600, 600)
+    header = [BEGIN, *builder.text.encode("Daily operations report.")]
+    instructions = builder.text.report_instructions()
     burst_start_ms = builder.shape.duration_s * 1000 * 0.4
     for number in range(builder.shape.num_reports):
         timestamp = round(burst_start_ms + builder.random.uniform(0, 3_000), 3)
-        # "Generated at 2026-11-29 14:03:27": a different short run of tokens every time.
-        stamp = [builder.random.randrange(*VOCABULARY) for _ in range(10)]
-        prompt = header + stamp + instructions + builder.tokens(50, 100)
+        # A different short run of tokens every time, right after the header.
+        seconds = builder.random.randrange(86_400)
+        stamp = builder.text.encode(
+            f"Generated at 2026-11-29 {seconds // 3600:02}:{seconds // 60 % 60:02}:"
+            f"{seconds % 60:02} UTC."
+        )
+        prompt = header + stamp + instructions + builder.text.report_figures(50, 100)
         builder.add(
             {
                 "request_id": f"report-{number}",

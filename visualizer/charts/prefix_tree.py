@@ -3,6 +3,8 @@ width the block's hits, its colour the tenant, the adapter or the age of the blo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -11,6 +13,8 @@ from visualizer.charts.theme import ROOT_COLOR, category_colors, styled
 ROOT_ID = "all"
 COLOR_BY = ("tenant", "adapter", "age")
 MAX_DEPTH = 6
+LABEL_CHARACTERS = 28
+HOVER_CHARACTERS = 160
 
 
 def node_label(first_position: int, last_position: int) -> str:
@@ -18,6 +22,12 @@ def node_label(first_position: int, last_position: int) -> str:
     if first_position == last_position:
         return f"pos {first_position}"
     return f"pos {first_position}-{last_position}"
+
+
+def text_snippet(text: str, length: int) -> str:
+    """The text on one line, cut to `length` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= length else flat[: length - 1].rstrip() + "…"
 
 
 def tree_depth(nodes: pd.DataFrame) -> int:
@@ -50,15 +60,27 @@ def _node_colors(
     return {"colors": [ROOT_COLOR, *(legend[label] for label in categories)]}, legend
 
 
-def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> go.Figure:
+def prefix_tree_figure(
+    nodes: pd.DataFrame,
+    color_by: str,
+    block_size: int,
+    texts: Sequence[str | None] | None = None,
+    zoom_to: str | None = None,
+) -> go.Figure:
     """Nodes of `prefix_tree.merge_unbranched` (or single blocks, `blocks` = 1) as an icicle
-    under one root; click a node to zoom into its subtree."""
+    under one root, each labelled with the start of its text (`texts`, one per node) or, with
+    none, its positions; zoomed to the node `zoom_to` (click a node to zoom into it too)."""
     roots = nodes["parent"] == ""
+    texts = texts if texts is not None else [None] * len(nodes)
     labels = [
-        f"{node_label(first, last)}<br>{hits:,} hits"
-        for first, last, hits in zip(
-            nodes["first_position"], nodes["block_position"], nodes["hits"], strict=True
+        f"{text_snippet(text, LABEL_CHARACTERS) if text else node_label(first, last)}"
+        f"<br>{hits:,} hits"
+        for first, last, hits, text in zip(
+            nodes["first_position"], nodes["block_position"], nodes["hits"], texts, strict=True
         )
+    ]
+    hover_texts = [
+        f"<br>“{text_snippet(text, HOVER_CHARACTERS)}”" if text else "" for text in texts
     ]
     tenants = nodes["tenant"].fillna("(none)").astype(str)
     adapters = nodes["lora"].fillna("(none)").astype(str)
@@ -75,13 +97,15 @@ def prefix_tree_figure(nodes: pd.DataFrame, color_by: str, block_size: int) -> g
             marker=marker,
             maxdepth=min(MAX_DEPTH, tree_depth(nodes) + 1),
             tiling={"orientation": "h"},
+            level=zoom_to if zoom_to in set(nodes["block_hash"]) else ROOT_ID,
             customdata=[
-                ["", "", "", 0],
-                *zip(nodes["block_hash"], tenants, adapters, tokens, strict=True),
+                ["", "", "", 0, ""],
+                *zip(nodes["block_hash"], tenants, adapters, tokens, hover_texts, strict=True),
             ],
             hovertemplate=(
                 "%{label}<br>block %{customdata[0]}<br>tenant %{customdata[1]}, "
-                "adapter %{customdata[2]}<br>prefix of %{customdata[3]} tokens<extra></extra>"
+                "adapter %{customdata[2]}<br>prefix of %{customdata[3]} tokens"
+                "%{customdata[4]}<extra></extra>"
             ),
         )
     )

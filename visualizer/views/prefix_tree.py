@@ -5,17 +5,16 @@ run recorded token ids and a tokenizer is on this machine, else their lengths.""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pandas as pd
 import streamlit as st
 
+from collector import token_text
 from collector.model.time_window import TimeWindow
 from collector.queries import prefix_tree
-from collector.queries.config import run_config
+from collector.queries.config import recorded_tokenizer, run_config
 from collector.store.run_file import RunFile
-from visualizer import token_text
-from visualizer.charts.prefix_tree import COLOR_BY, node_label, prefix_tree_figure
+from visualizer.charts.prefix_tree import COLOR_BY, node_label, prefix_tree_figure, text_snippet
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
@@ -27,6 +26,7 @@ TOKENIZER_KEY = "prefix_tree_tokenizer"
 TREE_SIZES = (100, 300, 1_000, 3_000)
 HOTTEST_PREFIXES = 5
 HISTORY_ROWS = 500
+PICKER_CHARACTERS = 48
 
 
 def render() -> None:
@@ -49,21 +49,70 @@ def render() -> None:
         key="prefix_tree_merge",
         help="One node per run of blocks where each has one child with as many hits",
     )
+    tokenizer = _tokenizer_input(run)
     blocks = prefix_tree.tree_nodes(run, window, size)
     if blocks.empty:
         st.info("No block was hit in this time range.")
         return
     drawn = prefix_tree.merge_unbranched(blocks) if merge else prefix_tree.single_blocks(blocks)
+    texts = _node_texts(run, blocks, drawn, tokenizer)
     show_chart(
-        prefix_tree_figure(drawn, color_by, block_size),
+        prefix_tree_figure(
+            drawn, color_by, block_size, texts, zoom_to=st.session_state.get(NODE_KEY)
+        ),
         drawn,
         key=CHART_KEY,
         on_select=_clicked,
         selection_mode="points",
     )
-    chosen = _node_picker(drawn)
-    _node_details(run, window, drawn[drawn["block_hash"] == chosen].iloc[0], block_size)
-    _hottest_prefixes(run, blocks, drawn, block_size)
+    chosen = _node_picker(drawn, texts)
+    if chosen:
+        _node_details(run, window, drawn[drawn["block_hash"] == chosen].iloc[0], block_size)
+    else:
+        st.caption("Pick a block above, or click one in the tree, for its history.")
+    _hottest_prefixes(run, blocks, drawn, block_size, tokenizer)
+
+
+def _tokenizer_input(run: RunFile) -> token_text.TextTokenizer | None:
+    """The tokenizer named in the input (first: $KVSCOPE_TOKENIZER, else the one the run
+    names), if the run recorded token ids and that tokenizer is on this machine."""
+    st.session_state.setdefault(
+        TOKENIZER_KEY, os.environ.get("KVSCOPE_TOKENIZER") or recorded_tokenizer(run_config(run))
+    )
+    name = st.text_input(
+        "Tokenizer for the text (a tokenizer.json or SentencePiece model, a folder with one, "
+        "package:path, or a model name already in the Hugging Face cache; nothing is "
+        "downloaded)",
+        key=TOKENIZER_KEY,
+    )
+    if not prefix_tree.has_token_ids(run):
+        st.caption(
+            "Positions, not text: the run did not record token ids (replay with "
+            "--record-token-ids)."
+        )
+        return None
+    tokenizer = _tokenizer(name)
+    if tokenizer is None:
+        st.caption("Positions, not text: no tokenizer is on this machine under that name.")
+    return tokenizer
+
+
+def _node_texts(
+    run: RunFile,
+    blocks: pd.DataFrame,
+    drawn: pd.DataFrame,
+    tokenizer: token_text.TextTokenizer | None,
+) -> list[str | None] | None:
+    """Each drawn node's own text (its blocks, not the prefix above it)."""
+    if tokenizer is None:
+        return None
+    spans = [
+        prefix_tree.chain_to(blocks, block)[-count:]
+        for block, count in zip(drawn["block_hash"], drawn["blocks"], strict=True)
+    ]
+    return [
+        tokenizer.decode(ids) if ids else None for ids in prefix_tree.prefix_token_ids(run, spans)
+    ]
 
 
 def _clicked() -> None:
@@ -73,22 +122,28 @@ def _clicked() -> None:
         st.session_state[NODE_KEY] = points[0]["id"]
 
 
-def _node_picker(drawn: pd.DataFrame) -> str:
-    labels = {
-        block: f"{node_label(first, last)} · {hits:,} hits · {tenant or '(none)'} · {block[:8]}"
-        for block, first, last, hits, tenant in zip(
+def _node_picker(drawn: pd.DataFrame, texts: list[str | None] | None) -> str:
+    """The picked node (the tree zooms to it), one in the select box or the one clicked; ""
+    for the whole tree."""
+    texts = texts if texts is not None else [None] * len(drawn)
+    labels = {"": "(the whole tree)"} | {
+        block: f"{node_label(first, last)} · {hits:,} hits · {tenant or '(none)'} · "
+        + (f"“{text_snippet(text, PICKER_CHARACTERS)}” · " if text else "")
+        + block[:8]
+        for block, first, last, hits, tenant, text in zip(
             drawn["block_hash"],
             drawn["first_position"],
             drawn["block_position"],
             drawn["hits"],
             drawn["tenant"].fillna("(none)"),
+            texts,
             strict=True,
         )
     }
     if st.session_state.get(NODE_KEY) not in labels:
         st.session_state.pop(NODE_KEY, None)
     chosen = st.selectbox(
-        "Block (or click one in the tree)",
+        "Block (or click one in the tree): the tree zooms to it",
         list(labels),
         format_func=lambda block: labels[block],
         key=NODE_KEY,
@@ -99,12 +154,13 @@ def _node_picker(drawn: pd.DataFrame) -> str:
 def _node_details(run: RunFile, window: TimeWindow, node: pd.Series, block_size: int) -> None:
     block = str(node["block_hash"])
     summary = prefix_tree.node_summary(run, int(block, 16), window)
+    tenant, lora = summary["tenant"], summary["lora"]
     st.subheader(f"Block {block}")
     st.caption(
         f"{node_label(int(node['first_position']), int(node['block_position']))} of the "
         f"prompt ({(int(node['block_position']) + 1) * block_size:,} tokens of prefix up to "
         f"here); first stored by {summary['first_stored_by']} (tenant "
-        f"{summary['tenant'] or '(none)'}, adapter {summary['lora'] or '(none)'}); "
+        f"{tenant or '(none)'}, adapter {lora or '(none)'}); "
         f"cached {summary['cached_s']:,.1f} s over the whole run."
     )
     metric_row(
@@ -132,27 +188,14 @@ def _hottest_prefixes(
     blocks: pd.DataFrame,
     drawn: pd.DataFrame,
     block_size: int,
+    tokenizer: token_text.TextTokenizer | None,
 ) -> None:
     st.subheader("Hottest prefixes")
     tokens = (drawn["block_position"] + 1) * block_size
     hottest = drawn.assign(tokens=tokens, tokens_served=tokens * drawn["hits"]).nlargest(
         HOTTEST_PREFIXES, "tokens_served"
     )
-    st.session_state.setdefault(TOKENIZER_KEY, os.environ.get("KVSCOPE_TOKENIZER", ""))
-    name = st.text_input(
-        "Tokenizer for the text (a tokenizer.json, a folder with one, or a model name "
-        "already in the Hugging Face cache; nothing is downloaded)",
-        key=TOKENIZER_KEY,
-    )
-    tokenizer = _tokenizer(name)
-    recorded = prefix_tree.has_token_ids(run)
-    if not recorded or tokenizer is None:
-        why = (
-            "the run did not record token ids (replay with --record-token-ids)"
-            if not recorded
-            else "no tokenizer is on this machine under that name"
-        )
-        st.caption(f"Lengths only: {why}.")
+    if tokenizer is None:
         st.dataframe(
             hottest[["block_hash", "first_position", "block_position", "tokens", "hits"]],
             hide_index=True,
@@ -164,13 +207,16 @@ def _hottest_prefixes(
     for block, position, hits, ids in zip(
         hottest["block_hash"], hottest["block_position"], hottest["hits"], prefixes, strict=True
     ):
+        text = tokenizer.decode(ids) if ids else None
         title = f"{(position + 1) * block_size:,} tokens, {hits:,} hits (block {block[:8]})"
+        if text:
+            title += f": “{text_snippet(text, PICKER_CHARACTERS)}”"
         with st.expander(title):
-            st.text(token_text.decode(tokenizer, ids) if ids else "(token ids missing)")
+            st.text(text or "(token ids missing)")
 
 
 @st.cache_resource(max_entries=4)
-def _tokenizer(name: str) -> Any | None:
+def _tokenizer(name: str) -> token_text.TextTokenizer | None:
     return token_text.load_local_tokenizer(name)
 
 
