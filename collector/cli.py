@@ -17,6 +17,7 @@ from collector.commands import (
     collect,
     finish,
     generate,
+    names,
     prompt_trace,
     replay,
     report,
@@ -35,6 +36,7 @@ COMMANDS = (
     prompt_trace,
     whatif,
     advise,
+    names,
     app,
 )
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from collector.queries import hotspots
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
-from tests.support.runs import hex_names, shared_prefix_run
+from tests.support.app import go_to, start
+from tests.support.runs import evictions_run, family_roots, hex_names, shared_prefix_run
 
 
 @pytest.fixture
@@ -120,3 +126,63 @@ def test_histogram_and_skew() -> None:
         "top_10pct_hit_share": 1.0,
         "never_hit_share": 0.9,
     }
+
+
+def owner_totals(heat: pd.DataFrame) -> dict[Any, tuple[int, int, int, int]]:
+    """Per row (its key; None for the folded rest): rank, hits, stores and evictions."""
+    totals = {}
+    for key, rows in heat.groupby("row_key", dropna=False):
+        sums = rows[["hits", "stores", "evictions"]].sum()
+        totals[None if pd.isna(key) else key] = (
+            int(rows["rank"].iloc[0]),
+            *(int(value) for value in sums),
+        )
+    return totals
+
+
+def test_heatmap_rows_by_prefix_family_and_by_tenant(tmp_path: Path) -> None:
+    # EVICTIONS (tests/support/runs.py): x0 stores X1-X2 (tenant x), y0 Y1-Y3 (tenant y), z0
+    # Z1-Z3 (tenant y) evicting X1, X2 and Y3, then x1 stores X1-X2 again evicting Y1-Y2.
+    with RunFile.open(evictions_run(tmp_path)) as run_file:
+        roots = family_roots(run_file)
+        window = time_grid(run_file).whole_run()
+        by_family = hotspots.owner_heatmap(run_file, window, "family")
+        by_tenant = hotspots.owner_heatmap(run_file, window, "tenant")
+        folded = hotspots.owner_heatmap(run_file, window, "tenant", max_rows=1)
+    families = owner_totals(by_family)
+    assert {key: value[1:] for key, value in families.items()} == {
+        str(roots["X"]): (0, 4, 2),
+        str(roots["Y"]): (0, 3, 3),
+        str(roots["Z"]): (0, 3, 0),
+    }
+    assert families[str(roots["Z"])][0] == 3  # the least active family last
+    owners = dict(zip(by_family["row_key"], by_family["owner"], strict=True))
+    assert owners == {str(roots["X"]): "x", str(roots["Y"]): "y", str(roots["Z"]): "y"}
+    assert owner_totals(by_tenant) == {"y": (1, 0, 6, 3), "x": (2, 0, 4, 2)}
+    assert owner_totals(folded) == {"y": (1, 0, 6, 3), None: (2, 0, 4, 2)}
+
+
+def test_the_hotspots_page_rows_by_family_or_tenant(tmp_path: Path) -> None:
+    run = evictions_run(tmp_path)
+    with RunFile.open(run) as run_file:
+        roots = family_roots(run_file)
+    x, y, z = (f"{roots[name]:016x}"[:8] for name in "XYZ")
+    app = go_to(start(run), "views/hotspots.py")
+    assert app.radio(key="hotspots_rows").value == "family"
+    app.radio(key="hotspots_measure").set_value("stores").run()
+    assert not app.exception, app.exception
+    rows, stores = heatmap_rows(app)
+    # The most active family on top: X and Y (6 each), then Z (3).
+    assert rows[0] == f"{z} (y)" and set(rows[1:]) == {f"{x} (x)", f"{y} (y)"}
+    assert dict(zip(rows, stores, strict=True)) == {f"{x} (x)": 4, f"{y} (y)": 3, f"{z} (y)": 3}
+    app.radio(key="hotspots_rows").set_value("tenant").run()
+    assert heatmap_rows(app) == (["x", "y"], [4, 6])
+
+
+def heatmap_rows(app: AppTest) -> tuple[list[str], list[int]]:
+    """The Hotspots heatmap's rows (bottom first) and each row's total."""
+    (heat,) = json.loads(app.get("plotly_chart")[0].proto.spec)["data"]
+    z = heat["z"]  # a typed array: dtype, base64 data and shape
+    shape = [int(size) for size in str(z["shape"]).split(",")]
+    grid = np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(shape)
+    return list(heat["y"]), [int(np.nansum(row)) for row in grid]

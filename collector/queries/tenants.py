@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from collector.model.nicknames import nickname
 from collector.model.time_window import TimeWindow
 from collector.safe_text import shown
 from collector.store.run_file import RunFile
@@ -109,8 +110,8 @@ def tenant_hit_ratios(run: RunFile) -> pd.DataFrame:
 
 def tenant_label(row: Mapping[str, Any]) -> str:
     """A `tenant_hit_ratios` row's name: `tenant`, or `tenant/adapter` for requests that ran
-    with a LoRA adapter."""
-    tenant, lora = shown(row["tenant"]), shown(row["lora"])
+    with a LoRA adapter (pseudonyms by their nicknames)."""
+    tenant, lora = shown(nickname(row["tenant"])), shown(nickname(row["lora"]))
     return tenant if row["lora"] == NO_LABEL else f"{tenant}/{lora}"
 
 
@@ -162,3 +163,18 @@ def num_tenants(run: RunFile) -> int:
     """Distinct tenants (labels) among the run's requests."""
     row = run.row("SELECT count(DISTINCT tenant) FROM requests")
     return 0 if row is None else int(row[0])
+
+
+def labels_in_run(run: RunFile) -> list[tuple[str, str]]:
+    """Every (kind, label) the run's requests carry: kind "tenant", "adapter" or "salt"."""
+    rows = run.rows(
+        """
+        WITH arrivals AS (
+            SELECT DISTINCT tenant, lora, salt_hash FROM events WHERE kind = 'arrive'
+        )
+        SELECT DISTINCT 'tenant', tenant FROM arrivals WHERE tenant IS NOT NULL
+        UNION SELECT DISTINCT 'adapter', lora FROM arrivals WHERE lora IS NOT NULL
+        UNION SELECT DISTINCT 'salt', salt_hash FROM arrivals WHERE salt_hash IS NOT NULL
+        """
+    )
+    return sorted((str(kind), str(label)) for kind, label in rows)

@@ -16,25 +16,62 @@ def heatmap_figure(heat: pd.DataFrame, measure: str, block_bin_size: int) -> go.
         index="block_start", columns="t_s", values=measure, aggfunc="sum", fill_value=0
     )
     bins = "block" if block_bin_size == 1 else f"{block_bin_size} blocks"
-    counts = blank_zeros(grid)
+    return _heatmap(
+        grid,
+        measure,
+        title=f"Block {measure} per block id and time (one row per {bins})",
+        rows_title="block id",
+        hover_row="blocks from %{y}",
+    )
+
+
+def owner_heatmap_figure(heat: pd.DataFrame, measure: str, rows_name: str) -> go.Figure:
+    """`measure` per named row (`row`, in `rank` order, the first on top) and time point: a
+    prefix family's or a tenant's blocks (`hotspots.owner_heatmap`, rows named)."""
+    order = heat.drop_duplicates("row").sort_values("rank")["row"].tolist()
+    grid = heat.pivot_table(
+        index="row", columns="t_s", values=measure, aggfunc="sum", fill_value=0
+    ).reindex(order[::-1])
+    return _heatmap(
+        grid,
+        measure,
+        title=f"Block {measure} per {rows_name} and time",
+        rows_title=rows_name,
+        hover_row="%{y}",
+        categorical=True,
+    )
+
+
+def _heatmap(
+    grid: pd.DataFrame,
+    measure: str,
+    *,
+    title: str,
+    rows_title: str,
+    hover_row: str,
+    categorical: bool = False,
+) -> go.Figure:
     figure = go.Figure(
         go.Heatmap(
             x=grid.columns,
             y=grid.index,
-            z=counts,
+            z=blank_zeros(grid),
             hoverongaps=False,
             colorscale=HEAT_SCALES[measure],
             colorbar={"title": {"text": measure}},
             hovertemplate=(
-                "t = %{x:.1f} s<br>blocks from %{y}<br>%{z} " + measure + "<extra></extra>"
+                "t = %{x:.1f} s<br>" + hover_row + "<br>%{z} " + measure + "<extra></extra>"
             ),
         )
     )
     return styled(
         figure,
-        title=f"Block {measure} per block id and time (one row per {bins})",
+        title=title,
         xaxis_title="time (s)",
-        yaxis_title="block id",
+        yaxis={
+            "title": rows_title,
+            **({"type": "category", "automargin": True} if categorical else {}),
+        },
         hovermode="closest",
     )
 

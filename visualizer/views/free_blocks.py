@@ -3,15 +3,13 @@ evicted what (prefix families or tenants), with the evictions regretted most."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
 
+from collector.model.nicknames import with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import activity, evictions
 from collector.queries.config import run_config
-from collector.queries.hotspots import hash_hex
 from collector.queries.pool import (
     LOW_FREE_FRACTION,
     free_block_extremes,
@@ -23,6 +21,7 @@ from visualizer.charts.evictions import eviction_matrix_figure, top_cells
 from visualizer.charts.free_blocks import free_blocks_figure
 from visualizer.charts.theme import per_point
 from visualizer.downloads import show_chart
+from visualizer.family_names import family_name
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
@@ -100,7 +99,7 @@ def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
         f"first stored it. Beyond the {TOP_SIDES} largest, rows and columns fold into "
         "(others)."
     )
-    regretted = evictions.regretted_families(run, window, TOP_REGRETTED)
+    regretted = with_nicknames(evictions.regretted_families(run, window, TOP_REGRETTED), "owner")
     if regretted.empty:
         st.caption("No block evicted in this range was needed again.")
         return
@@ -108,7 +107,7 @@ def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
     table = pd.DataFrame(
         {
             "prefix family": [
-                _family(root, owner)
+                family_name(root, owner)
                 for root, owner in zip(regretted["family"], regretted["owner"], strict=True)
             ],
             "blocks evicted": regretted["evictions"],
@@ -122,13 +121,16 @@ def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
 
 def _labelled(matrix: pd.DataFrame, axis: evictions.Axis) -> pd.DataFrame:
     """The matrix's cells with their rows and columns named."""
+    # Pseudonymous tenants by their nicknames: the families' owners, or the tenants.
+    named = ("evicting_owner", "evicted_owner") if axis == "family" else ("evicting", "evicted")
+    matrix = with_nicknames(matrix, *named)
     if axis == "family":
         evicting = [
-            _family(root, owner, missing="(no request)")
+            family_name(root, owner, missing="(no request)")
             for root, owner in zip(matrix["evicting"], matrix["evicting_owner"], strict=True)
         ]
         evicted = [
-            _family(root, owner, missing="(unknown: its store was lost)")
+            family_name(root, owner, missing="(unknown: its store was lost)")
             for root, owner in zip(matrix["evicted"], matrix["evicted_owner"], strict=True)
         ]
     else:
@@ -137,13 +139,6 @@ def _labelled(matrix: pd.DataFrame, axis: evictions.Axis) -> pd.DataFrame:
     return pd.DataFrame(
         {"evicting": evicting, "evicted": evicted, "evictions": matrix["evictions"]}
     )
-
-
-def _family(root: Any, owner: Any, missing: str = "(unknown)") -> str:
-    """A prefix family by its first block's hash (8 hex digits) and its first storer."""
-    if pd.isna(root):
-        return missing
-    return f"{hash_hex(int(root))[:8]} ({owner if isinstance(owner, str) else 'no tenant'})"
 
 
 def _marks(points: pd.DataFrame, column: str) -> pd.DataFrame:

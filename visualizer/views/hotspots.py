@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
+from collector.model.nicknames import with_nicknames
 from collector.queries import hotspots, kv_groups
 from collector.queries.timeline import time_grid
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.downloads import show_chart
+from visualizer.family_names import family_name
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
 
 TOP_BLOCKS = 20
+HEAT_ROWS = 20
+ROW_NAMES = {"family": "prefix family", "tenant": "tenant", "block": "block id"}
 
 
 def render() -> None:
@@ -27,11 +32,29 @@ def render() -> None:
     if heat.empty:
         st.info("No block was hit, stored or evicted in this time range.")
         return
-    measure = st.radio(
+    left, right = st.columns(2)
+    measure = left.radio(
         "Heatmap shows", hotspots.HEAT_MEASURES, horizontal=True, key="hotspots_measure"
     )
-    figure = hotspot_charts.heatmap_figure(heat, measure, time_grid(run).block_bin_size)
-    show_chart(figure, heat, key="hotspots_heatmap")
+    rows = right.radio(
+        "One row per",
+        ROW_NAMES,
+        format_func=ROW_NAMES.get,
+        horizontal=True,
+        key="hotspots_rows",
+        help="Block ids are where vLLM put the blocks; prefix families (every block under "
+        "one first block) and tenants (who first stored each block) are whose they are",
+    )
+    if rows == "block":
+        figure = hotspot_charts.heatmap_figure(heat, measure, time_grid(run).block_bin_size)
+        show_chart(figure, heat, key="hotspots_heatmap")
+    else:
+        by: hotspots.HeatRows = "family" if rows == "family" else "tenant"
+        owned = _named_rows(hotspots.owner_heatmap(run, window, by, HEAT_ROWS), rows)
+        figure = hotspot_charts.owner_heatmap_figure(owned, measure, ROW_NAMES[rows])
+        show_chart(figure, owned, key="hotspots_heatmap")
+        if group is not None:
+            st.caption("Families and tenants are counted on the reference KV cache group.")
     frequencies = hotspots.hit_count_frequencies(run, window, kv_group=group)
     skew = hotspots.reuse_skew(frequencies)
     metric_row(
@@ -57,7 +80,9 @@ def render() -> None:
             horizontal=True,
             key="hotspots_top_measure",
         )
-        top = hotspots.top_blocks(run, window, TOP_BLOCKS, measure=ranked_by)
+        top = with_nicknames(
+            hotspots.top_blocks(run, window, TOP_BLOCKS, measure=ranked_by), "tenant"
+        )
         show_chart(hotspot_charts.top_blocks_figure(top, ranked_by), top, key="hotspots_top_blocks")
     with right:
         show_chart(
@@ -70,6 +95,21 @@ def render() -> None:
         )
     st.subheader(f"{hotspot_charts.TOP_TITLES[ranked_by]} blocks")
     st.dataframe(top, hide_index=True, key="hotspots_top_table")
+
+
+def _named_rows(heat: pd.DataFrame, rows: str) -> pd.DataFrame:
+    """The owner heatmap with each row named: a family by its first block and first storer,
+    a tenant by its nickname; the folded rest as "(the other N)"."""
+    named = with_nicknames(heat, "owner" if rows == "family" else "row_key")
+    others = f"(every other {ROW_NAMES[rows]})"
+    if rows == "family":
+        labels = [
+            family_name(int(key), owner) if isinstance(key, str) and key.isdigit() else key
+            for key, owner in zip(named["row_key"], named["owner"], strict=True)
+        ]
+    else:
+        labels = named["row_key"].tolist()
+    return named.assign(row=[others if pd.isna(label) else label for label in labels])
 
 
 def _group_picker(groups: list[dict[str, Any]]) -> int | None:

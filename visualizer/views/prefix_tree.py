@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from collector import token_text
+from collector.model.nicknames import nickname, with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import prefix_tree
 from collector.queries.config import recorded_tokenizer, run_config
@@ -50,7 +51,7 @@ def render() -> None:
         help="One node per run of blocks where each has one child with as many hits",
     )
     tokenizer = _tokenizer_input(run)
-    blocks = prefix_tree.tree_nodes(run, window, size)
+    blocks = with_nicknames(prefix_tree.tree_nodes(run, window, size), "tenant", "lora")
     if blocks.empty:
         st.info("No block was hit in this time range.")
         return
@@ -154,7 +155,7 @@ def _node_picker(drawn: pd.DataFrame, texts: list[str | None] | None) -> str:
 def _node_details(run: RunFile, window: TimeWindow, node: pd.Series, block_size: int) -> None:
     block = str(node["block_hash"])
     summary = prefix_tree.node_summary(run, int(block, 16), window)
-    tenant, lora = summary["tenant"], summary["lora"]
+    tenant, lora = (nickname(summary[key]) if summary[key] else None for key in ("tenant", "lora"))
     st.subheader(f"Block {block}")
     st.caption(
         f"{node_label(int(node['first_position']), int(node['block_position']))} of the "

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from collector.model import cost
+from collector.model.nicknames import with_nicknames
 from collector.queries import activity, roi, tenants
 from collector.queries.config import run_config
 from collector.queries.hotspots import hash_hex
@@ -67,13 +68,15 @@ def render() -> None:
     show_chart(roi_charts.savings_over_time_figure(series), series, key="roi_over_time")
     left, right = st.columns(2)
     with left:
-        usage = tenants.tenant_usage(run, window)
+        usage = with_nicknames(tenants.tenant_usage(run, window), "tenant", "lora")
         priced = cost.per_day(cost.price_prompts(usage, model, block_size), window.duration_s)
         priced = priced.assign(label=usage_label(usage))
         figure = roi_charts.saved_per_day_figure(priced, "label", "Per tenant and adapter")
         show_chart(figure, priced, key="roi_tenants")
     with right:
-        prefixes = _labelled(roi.prefix_savings(run, window, TOP_PREFIXES))
+        prefixes = _labelled(
+            with_nicknames(roi.prefix_savings(run, window, TOP_PREFIXES), "tenant")
+        )
         if prefixes.empty:
             st.info("No prefix was hit in this time range.")
             return

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from collector.model import cost
+from collector.model.nicknames import with_nicknames
 from collector.queries import tenants
 from collector.queries.config import run_config
 from visualizer.charts import tenants as tenant_charts
@@ -20,7 +21,8 @@ def render() -> None:
     run, window = controls.render()
     block_size = int(run_config(run)["block_size"])
     model = current_cost_model()
-    usage = cost.price_prompts(tenants.tenant_usage(run, window), model, block_size)
+    usage = with_nicknames(tenants.tenant_usage(run, window), "tenant", "lora")
+    usage = cost.price_prompts(usage, model, block_size)
     st.title("Tenants & adapters")
     st.caption(f"Showing {window_caption(window, run)}.")
     if usage.empty:
@@ -36,7 +38,7 @@ def render() -> None:
         f"Savings assumed: {model.compute_assumptions()} (edit them on the ROI page). "
         "Blocks are counted for the tenant and adapter of the request that stored them."
     )
-    cross = tenants.cross_tenant_hits(run, window)
+    cross = with_nicknames(tenants.cross_tenant_hits(run, window), "stored_tenant", "hit_tenant")
     st.subheader("Cross-tenant sharing")
     if cross.empty:
         st.info("No block hit in this time range.")
