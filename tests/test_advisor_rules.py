@@ -21,11 +21,13 @@ def tokens(seed: int, count: int) -> list[int]:
     return [generator.randrange(1_000, 30_000) for _ in range(count)]
 
 
-def judge(run: Path, rule: str) -> tuple[str, list[Suggestion], str]:
+def judge(
+    run: Path, rule: str, max_model_len: int | None = None
+) -> tuple[str, list[Suggestion], str]:
     """What one rule says about a run: its status, its suggestions, its detail."""
     chosen = tuple(entry for entry in RULES if entry[0] == rule)
     with RunFile.open(run) as run_file:
-        advice = advise(RunContext(run_file, run), chosen)
+        advice = advise(RunContext(run_file, run, max_model_len=max_model_len), chosen)
     (check,) = advice.checks
     for suggestion in advice.suggestions:
         assert suggestion.severity in SEVERITIES
@@ -100,7 +102,11 @@ def test_cache_size(tmp_path: Path) -> None:
     assert status == "fired"
     # Four prompts of two cacheable blocks, plus room for the running request's partial one.
     assert grow.figures["recommended_num_blocks"] == 10
-    assert grow.action == "`--num-gpu-blocks-override 10`"
+    # The 7 blocks' memory holds 14 in fp8: the other knob, offered beside the block count.
+    assert grow.action == (
+        "`--num-gpu-blocks-override 10` (or, in today's memory: --kv-cache-dtype fp8 holds "
+        "14 blocks there, at some risk to accuracy)"
+    )
     assert grow.figures["recommended_token_hit_ratio"] > grow.figures["current_token_hit_ratio"]
     oversized = run_of(tmp_path, "oversized", cyclic_rows(4, 8), num_blocks=200)
     status, (shrink,), _ = judge(oversized, "cache-size")
@@ -108,6 +114,12 @@ def test_cache_size(tmp_path: Path) -> None:
         "fired",
         "low",
         "`--num-gpu-blocks-override 10`",
+    )
+    # 10 blocks of 4 tokens cannot hold one 64-token request: vLLM would not start.
+    _, (short,), _ = judge(oversized, "cache-size", max_model_len=64)
+    assert short.action == (
+        "`--num-gpu-blocks-override 10` (too small for --max-model-len 64: vLLM refuses to "
+        "start with a pool of fewer than 16 blocks; lower --max-model-len to 40 or less)"
     )
     no_reuse = run_of(tmp_path, "no_reuse", cyclic_rows(32, 1), num_blocks=6)
     assert judge(no_reuse, "cache-size")[0] == "silent"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from collector.model.kv_memory import (
@@ -54,6 +56,31 @@ def test_pool_settings_give_blocks_and_the_matching_memory_share() -> None:
         "11.7 GiB; --tensor-parallel-size 2 takes it to 11.7 GiB per GPU)"
     )
     assert vllm_pool_settings(spec, 16, 8_096, current_gib) == ["--num-gpu-blocks-override 8096"]
+
+
+def test_pool_settings_offer_fp8_and_check_max_model_len() -> None:
+    spec = MODELS["llama-3.1-8b"]
+    current_gib = gib_for_blocks(spec, 16, 4_000)  # 7.8 GiB
+    # 7,000 blocks: 5.9 GiB more (0.073 of 80 GiB), or fp8 in the same 7.8 GiB (8,000 blocks).
+    assert vllm_pool_settings(spec, 16, 7_000, current_gib, GpuMemory(80, 0.9)) == [
+        "--gpu-memory-utilization 0.973",
+        "--num-gpu-blocks-override 7000",
+        "(or, in today's memory: --kv-cache-dtype fp8 holds 8,000 blocks there, at some risk "
+        "to accuracy)",
+    ]
+    # A smaller pool needs no other knob; an fp8 cache has none to offer.
+    assert vllm_pool_settings(spec, 16, 3_000, current_gib) == ["--num-gpu-blocks-override 3000"]
+    fp8 = replace(spec, dtype="fp8")
+    fp8_gib = gib_for_blocks(fp8, 16, 4_000)
+    assert vllm_pool_settings(fp8, 16, 7_000, fp8_gib) == ["--num-gpu-blocks-override 7000"]
+    # 3,000 blocks of 16 tokens hold 48,000 tokens: not one request of Llama's 131,072.
+    assert vllm_pool_settings(spec, 16, 3_000, current_gib, max_model_len=131_072)[1] == (
+        "(too small for --max-model-len 131,072: vLLM refuses to start with a pool of fewer "
+        "than 8,192 blocks; lower --max-model-len to 48,000 or less)"
+    )
+    assert vllm_pool_settings(spec, 16, 8_192, current_gib, max_model_len=131_072) == [
+        "--num-gpu-blocks-override 8192"
+    ]
 
 
 @pytest.mark.parametrize(

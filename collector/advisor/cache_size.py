@@ -108,7 +108,12 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
     target = recommendation.num_blocks
     extra_gib = gib_for_blocks(spec, block_size, target - current)
     settings = vllm_pool_settings(
-        spec, block_size, target, gib_for_blocks(spec, block_size, current), context.gpu
+        spec,
+        block_size,
+        target,
+        gib_for_blocks(spec, block_size, current),
+        context.gpu,
+        max_model_len=context.max_model_len,
     )
     gain_tokens = gain * context.prompt_tokens
     return Suggestion(
@@ -152,7 +157,16 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
             f"frees {freed_gib:.1f} GiB per GPU (for a larger batch or model) at a cost of "
             f"{loss * 100:.2f} points of token hit ratio, per the {recommendation.source}"
         ),
-        action=f"`--num-gpu-blocks-override {target}`",
+        action=" ".join(
+            f"`{setting}`" if setting.startswith("--") else setting
+            for setting in vllm_pool_settings(
+                spec,
+                block_size,
+                target,
+                gib_for_blocks(spec, block_size, current),
+                max_model_len=context.max_model_len,
+            )
+        ),
         figures={"current_num_blocks": current, "recommended_num_blocks": target},
         charts=[curve_chart(context, target)],
     )

@@ -26,12 +26,15 @@ class RunContext:
         spec: KVSpec = MODELS["llama-3.1-8b"],
         gpu: GpuMemory | None = None,
         whatif: dict[str, Any] | None = None,
+        *,
+        max_model_len: int | None = None,
     ) -> None:
         self.run = run
         self.path = path
         self.spec = spec
         self.gpu = gpu
         self.whatif = whatif
+        self.max_model_len = max_model_len  # the engine's --max-model-len, where known
         self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
 
     @cached_property

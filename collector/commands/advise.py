@@ -32,7 +32,14 @@ def _run_advise(args: argparse.Namespace) -> int:
     whatif = read_results(args.whatif) if args.whatif else None
     store = RunStore.open(args.run)
     try:
-        context = RunContext(store, args.run, kv_spec_from(args), gpu_from(args), whatif)
+        context = RunContext(
+            store,
+            args.run,
+            kv_spec_from(args),
+            gpu_from(args),
+            whatif,
+            max_model_len=args.max_model_len,
+        )
         advice = advise(context)
         if args.json:
             print(json.dumps(to_document(advice, context), sort_keys=True))

@@ -41,6 +41,19 @@ def add_kv_options(parser: Any) -> None:
         default=0.9,
         help="the engine's current --gpu-memory-utilization (0.9)",
     )
+    group.add_argument(
+        "--max-model-len",
+        type=_at_least_one,
+        help="the engine's --max-model-len: pools too small for one request that long are "
+        "flagged, since vLLM refuses to start with them (default: not checked)",
+    )
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def kv_spec_from(args: argparse.Namespace) -> Any:

@@ -95,7 +95,7 @@ def _run_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, sort_keys=True))
     else:
-        _print_table(results, spec, gpu_from(args), defaults)
+        _print_table(results, spec, gpu_from(args), defaults, args.max_model_len)
         print(f"\n{len(results)} runs in {args.out}; figures in {path}")
     return 0
 
@@ -144,7 +144,11 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
 
 
 def _print_table(
-    results: list[dict[str, Any]], spec: Any, gpu: Any, defaults: dict[str, Any]
+    results: list[dict[str, Any]],
+    spec: Any,
+    gpu: Any,
+    defaults: dict[str, Any],
+    max_model_len: int | None,
 ) -> None:
     from collector.model.kv_memory import gib_for_blocks, vllm_pool_settings
 
@@ -157,7 +161,14 @@ def _print_table(
     for row in results:
         settings = [
             f"--block-size {row['block_size']}",
-            *vllm_pool_settings(spec, row["block_size"], row["num_blocks"], current_gib, gpu),
+            *vllm_pool_settings(
+                spec,
+                row["block_size"],
+                row["num_blocks"],
+                current_gib,
+                gpu,
+                max_model_len=max_model_len,
+            ),
         ]
         print(
             f"{row['block_size']:>5} {row['num_blocks']:>8,} {row['kv_gib']:>7.2f} "

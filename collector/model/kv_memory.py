@@ -107,11 +107,15 @@ def vllm_pool_settings(
     num_blocks: int,
     current_gib: float,
     gpu: GpuMemory | None = None,
+    *,
+    max_model_len: int | None = None,
 ) -> list[str]:
     """The vLLM settings that give a pool of `num_blocks` when the engine's pool now takes
     `current_gib` per GPU: first the one operators turn, the GPU memory share that holds it
     (checked against the GPU; when none does, what would: an fp8 KV cache, more tensor
-    parallelism), then the block count itself."""
+    parallelism), then the block count itself; then, in brackets, an fp8 KV cache where it
+    holds the pool in today's memory, and a warning where the pool is too small for
+    `max_model_len` (vLLM refuses to start)."""
     settings = []
     if gpu is not None:
         extra_gib = gib_for_blocks(spec, block_size, num_blocks) - current_gib
@@ -120,7 +124,21 @@ def vllm_pool_settings(
             settings.append(f"--gpu-memory-utilization {utilization:.3f}")
         else:
             settings.append(_does_not_fit(spec, block_size, num_blocks, current_gib, gpu))
-    return [*settings, f"--num-gpu-blocks-override {num_blocks}"]
+    settings.append(f"--num-gpu-blocks-override {num_blocks}")
+    fp8_blocks = blocks_for_gib(replace(spec, dtype="fp8"), block_size, current_gib)
+    grows = num_blocks > blocks_for_gib(spec, block_size, current_gib)
+    if grows and DTYPE_BYTES[spec.dtype] > 1 and fp8_blocks >= num_blocks:
+        settings.append(
+            f"(or, in today's memory: --kv-cache-dtype fp8 holds {fp8_blocks:,} blocks there, "
+            "at some risk to accuracy)"
+        )
+    if max_model_len is not None and num_blocks * block_size < max_model_len:
+        settings.append(
+            f"(too small for --max-model-len {max_model_len:,}: vLLM refuses to start with a "
+            f"pool of fewer than {-(-max_model_len // block_size):,} blocks; lower "
+            f"--max-model-len to {num_blocks * block_size:,} or less)"
+        )
+    return settings
 
 
 def _does_not_fit(

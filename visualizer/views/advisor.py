@@ -19,7 +19,13 @@ from visualizer.sidebar import controls
 
 @st.cache_data(max_entries=8, show_spinner="Running the advisor's rules ...")
 def _advice(
-    path: str, modified_ns: int, spec: dict[str, Any], gpu: tuple[float, float] | None, whatif: str
+    path: str,
+    modified_ns: int,
+    spec: dict[str, Any],
+    gpu: tuple[float, float] | None,
+    whatif: str,
+    *,
+    max_model_len: int | None,
 ) -> dict[str, Any]:
     """The advice document and the what-if curves for one run and one set of assumptions."""
     from collector.advisor import RunContext, advise
@@ -35,6 +41,7 @@ def _advice(
         KVSpec(**spec),
         GpuMemory(*gpu) if gpu else None,
         read_results(Path(whatif)) if whatif else None,
+        max_model_len=max_model_len,
     )
     return {
         "document": to_document(advise(context), context),
@@ -42,8 +49,9 @@ def _advice(
     }
 
 
-def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
-    """The KV spec, GPU and what-if folder the figures assume; the user can change each."""
+def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int | None]:
+    """The KV spec, GPU, what-if folder and --max-model-len the figures assume; the user
+    can change each."""
     from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS
 
     with st.expander("Assumptions: model KV spec, GPU, what-if sweep", expanded=False):
@@ -75,20 +83,31 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str]:
         whatif = third.text_input(
             "What-if sweep folder (kvscope whatif --out)", "", key="advisor_whatif"
         )
+        max_model_len = first.number_input(
+            "Engine --max-model-len (0: unknown)",
+            0,
+            10_000_000,
+            0,
+            key="advisor_max_model_len",
+            help="A suggested pool too small for one request this long is flagged: vLLM "
+            "refuses to start with it",
+        )
     spec = {**asdict(MODELS[model]), "dtype": dtype, "tensor_parallel_size": int(parallel)}
     gpu = (float(gpu_gib), float(utilization)) if gpu_gib > 0 else None
-    return spec, gpu, whatif.strip()
+    return spec, gpu, whatif.strip(), int(max_model_len) or None
 
 
 def render() -> None:
     run, _ = controls.render()
     path = current_run()
     st.title("Advisor")
-    spec, gpu, whatif = _assumptions()
+    spec, gpu, whatif, max_model_len = _assumptions()
     if whatif and not (Path(whatif) / "whatif.json").is_file():
         st.error(f"{whatif}: no whatif.json there; run `kvscope whatif ... --out {whatif}` first")
         whatif = ""
-    result = _advice(str(path), path.stat().st_mtime_ns, spec, gpu, whatif)
+    result = _advice(
+        str(path), path.stat().st_mtime_ns, spec, gpu, whatif, max_model_len=max_model_len
+    )
     document = result["document"]
     suggestions = document["suggestions"]
     st.caption(
