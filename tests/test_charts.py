@@ -23,7 +23,12 @@ from visualizer.charts import overview as overview_charts
 from visualizer.charts import prefix_tree as tree_charts
 from visualizer.charts import roi as roi_charts
 from visualizer.charts import tenants as tenant_charts
-from visualizer.charts.theme import ROOT_COLOR, VERDICT_COLORS, category_colors
+from visualizer.charts.theme import (
+    CATEGORY_COLORS,
+    ROOT_COLOR,
+    VERDICT_COLORS,
+    category_colors,
+)
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +225,17 @@ def test_charts_load_no_streamlit() -> None:
     )
     assert "plotly" in modules
     assert "streamlit" not in modules
+
+
+def test_a_label_keeps_its_colour_whatever_else_is_drawn() -> None:
+    # crc32 picks the 5th palette colour for "acme", the 9th for "globex" and "initech".
+    alone = {label: category_colors([label])[label] for label in ("acme", "globex", "initech")}
+    together = category_colors(["initech", "acme", "globex"])
+    assert alone["acme"] == together["acme"] == CATEGORY_COLORS[4]
+    assert alone["globex"] == together["globex"] == CATEGORY_COLORS[8]
+    # "initech" picks globex's colour too; after it in sorted order, it takes the next free.
+    assert alone["initech"] == CATEGORY_COLORS[8] and together["initech"] == CATEGORY_COLORS[9]
+    assert together["(none)"] == together[""] != together["acme"]
+    # More labels than colours: every one still gets a colour.
+    many = category_colors([f"tenant {index}" for index in range(25)])
+    assert set(many.values()) <= {*CATEGORY_COLORS, together["(none)"]}

@@ -6,6 +6,7 @@ the names below say what each colour means.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -110,10 +111,21 @@ def two_axes_figure(
 
 
 def category_colors(labels: Iterable[str]) -> dict[str, str]:
-    """A colour per distinct label, in sorted order; "(none)" and "" are grey."""
+    """A colour per distinct label, picked by the label itself (a stable hash), so a tenant
+    or adapter keeps its colour on every chart and in every run; where two labels pick the
+    same colour, the later in sorted order takes the next free one. "(none)" and "" are
+    grey."""
     distinct = sorted({label for label in labels if label not in ("(none)", "")})
-    colors = {label: nth_color(index) for index, label in enumerate(distinct)}
-    return colors | {"(none)": NO_LABEL_COLOR, "": NO_LABEL_COLOR}
+    taken: dict[str, str] = {}
+    for label in distinct:
+        start = zlib.crc32(label.encode())
+        free = [
+            CATEGORY_COLORS[(start + step) % len(CATEGORY_COLORS)]
+            for step in range(len(CATEGORY_COLORS))
+            if CATEGORY_COLORS[(start + step) % len(CATEGORY_COLORS)] not in taken.values()
+        ]
+        taken[label] = free[0] if free else nth_color(start)
+    return taken | {"(none)": NO_LABEL_COLOR, "": NO_LABEL_COLOR}
 
 
 def nth_color(index: int) -> str:
