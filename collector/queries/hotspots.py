@@ -46,7 +46,6 @@ def block_heatmap(
 
 
 HeatRows = Literal["family", "tenant"]
-HEAT_ROWS: tuple[HeatRows, ...] = ("family", "tenant")
 
 
 def owner_heatmap(

@@ -7,44 +7,24 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+# fmt: off
 PRODUCTS = (
-    "cordless drills",
-    "garden hoses",
-    "ceiling fans",
-    "paint sprayers",
-    "lawn mowers",
-    "kitchen faucets",
-    "LED floodlights",
-    "tile saws",
-    "pressure washers",
-    "smart thermostats",
-    "water heaters",
-    "circular saws",
-    "patio heaters",
-    "door locks",
-    "air compressors",
+    "cordless drills", "garden hoses", "ceiling fans", "paint sprayers", "lawn mowers",
+    "kitchen faucets", "LED floodlights", "tile saws", "pressure washers", "smart thermostats",
+    "water heaters", "circular saws", "patio heaters", "door locks", "air compressors",
 )
+# fmt: on
 CITIES = ("Denver", "Austin", "Columbus", "Tacoma", "Raleigh", "Omaha", "Tucson", "Albany")
 TEAMS = ("billing", "logistics", "returns", "installation", "loyalty", "warehouse")
 TABLES = ("orders", "customers", "shipments", "invoices", "returns", "inventory", "payments")
 COLUMNS = ("region", "order_date", "customer_id", "amount", "status", "sku", "channel")
+# fmt: off
 TOPICS = (
-    "Returns policy",
-    "Shipping times",
-    "Warranty terms",
-    "Store hours",
-    "Loyalty programme",
-    "Gift cards",
-    "Price matching",
-    "Bulk orders",
-    "Tool rental",
-    "Installation services",
-    "Recall notices",
-    "Payment options",
-    "Order tracking",
-    "Safety guidance",
-    "Trade accounts",
+    "Returns policy", "Shipping times", "Warranty terms", "Store hours", "Loyalty programme",
+    "Gift cards", "Price matching", "Bulk orders", "Tool rental", "Installation services",
+    "Recall notices", "Payment options", "Order tracking", "Safety guidance", "Trade accounts",
 )
+# fmt: on
 
 RULES = (
     "Answer in plain language and keep each reply under two hundred words.",

@@ -19,7 +19,7 @@ from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
 
 TOP_BLOCKS = 20
-HEAT_ROWS = 20
+MOST_ACTIVE_ROWS = 20
 ROW_NAMES = {"family": "prefix family", "tenant": "tenant", "block": "block id"}
 
 
@@ -50,7 +50,7 @@ def render() -> None:
         show_chart(figure, heat, key="hotspots_heatmap")
     else:
         by: hotspots.HeatRows = "family" if rows == "family" else "tenant"
-        owned = _named_rows(hotspots.owner_heatmap(run, window, by, HEAT_ROWS), rows)
+        owned = _named_rows(hotspots.owner_heatmap(run, window, by, MOST_ACTIVE_ROWS), rows)
         figure = hotspot_charts.owner_heatmap_figure(owned, measure, ROW_NAMES[rows])
         show_chart(figure, owned, key="hotspots_heatmap")
         if group is not None:
