@@ -17,6 +17,7 @@ from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from tests.support.app import go_to, start
 from tests.support.runs import evictions_run, family_roots, hex_names, shared_prefix_run
+from visualizer.charts import hotspots as hotspot_charts
 
 
 @pytest.fixture
@@ -186,3 +187,21 @@ def heatmap_rows(app: AppTest) -> tuple[list[str], list[int]]:
     shape = [int(size) for size in str(z["shape"]).split(",")]
     grid = np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(shape)
     return list(heat["y"]), [int(np.nansum(row)) for row in grid]
+
+
+def test_the_heatmaps_name_a_cells_width_in_time() -> None:
+    heat = pd.DataFrame(
+        {
+            "t_s": [0.0, 1.2, 3.6, 0.0],
+            "block_start": [0, 0, 0, 16],
+            "hits": [1, 2, 4, 3],
+            "stores": [0, 0, 0, 0],
+            "evictions": [0, 0, 0, 0],
+        }
+    )
+    (blocks,) = hotspot_charts.heatmap_figure(heat, "hits", 16).data
+    assert blocks.colorbar.title.text == "hits per 1.2 s"  # a gap (2.4 s) is two cells
+    owned = heat.assign(row=["a", "a", "a", "b"], rank=[1, 1, 1, 2])
+    (rows,) = hotspot_charts.owner_heatmap_figure(owned, "hits", "tenant").data
+    assert rows.colorbar.title.text == "hits per 1.2 s"
+    assert list(rows.y) == ["b", "a"]  # the first-ranked row on top
