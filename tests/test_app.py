@@ -277,11 +277,14 @@ def test_prefix_text_needs_token_ids_and_a_local_tokenizer(tmp_path: Path) -> No
     assert len(texts) == 5 and all(text.startswith("w1 ") for text in texts)  # BOS first
     # The sample's shortest hot prefix is a tenant's system prompt: 22 blocks of 16 tokens.
     assert min(len(text.split()) for text in texts) == 22 * 16
-    # A run without token ids shows positions, whatever the tokenizer.
-    second = go_to(
-        start(SECOND_SAMPLE_RUN, prefix_tree_tokenizer=str(folder)), "views/prefix_tree.py"
-    )
-    assert "the run did not record token ids" in captions(second)
+    # Another run starts from the tokenizer it names (the block-32 sample names none), and
+    # without token ids it shows positions, whatever the tokenizer.
+    app.session_state["run_path"] = str(SECOND_SAMPLE_RUN)
+    app.run()
+    assert not app.exception, app.exception
+    assert app.text_input(key="prefix_tree_tokenizer").value == ""
+    app.text_input(key="prefix_tree_tokenizer").input(str(folder)).run()
+    assert "the run did not record token ids" in captions(app)
 
 
 def test_picking_a_prefix_tree_node_zooms_the_tree() -> None:

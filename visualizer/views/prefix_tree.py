@@ -24,6 +24,7 @@ from visualizer.sidebar.time_filter import window_caption
 CHART_KEY = "prefix_tree_chart"
 NODE_KEY = "prefix_tree_node"
 TOKENIZER_KEY = "prefix_tree_tokenizer"
+TOKENIZER_RUN_KEY = "prefix_tree_tokenizer_run"
 TREE_SIZES = (100, 300, 1_000, 3_000)
 HOTTEST_PREFIXES = 5
 HISTORY_ROWS = 500
@@ -77,9 +78,12 @@ def render() -> None:
 def _tokenizer_input(run: RunFile) -> token_text.TextTokenizer | None:
     """The tokenizer named in the input (first: $KVSCOPE_TOKENIZER, else the one the run
     names), if the run recorded token ids and that tokenizer is on this machine."""
-    st.session_state.setdefault(
-        TOKENIZER_KEY, os.environ.get("KVSCOPE_TOKENIZER") or recorded_tokenizer(run_config(run))
-    )
+    if st.session_state.get(TOKENIZER_RUN_KEY) != str(run.path):
+        # Another run: start from the tokenizer it names, not the last run's.
+        st.session_state[TOKENIZER_RUN_KEY] = str(run.path)
+        st.session_state[TOKENIZER_KEY] = os.environ.get("KVSCOPE_TOKENIZER") or recorded_tokenizer(
+            run_config(run)
+        )
     name = st.text_input(
         "Tokenizer for the text (a tokenizer.json or SentencePiece model, a folder with one, "
         "package:path, or a model name already in the Hugging Face cache; nothing is "
