@@ -5,14 +5,13 @@ by hand), and Belady's MIN is never below any policy."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.model.block_stream import RequestBlocks, trace_block_stream
+from collector.model.block_stream import RequestBlocks
 from collector.model.mrc import miss_ratio_curve
 from collector.model.policies import (
     POLICIES,
@@ -20,26 +19,9 @@ from collector.model.policies import (
     one_off_families,
     replay_policy,
 )
-from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile
 from tests.support.block_manager import tiny_run
-
-BLOCK_SIZE = 4
-
-
-def stream_of(prompts: Sequence[Sequence[int]], output_length: int = 1) -> list[RequestBlocks]:
-    requests = [
-        TraceRequest(
-            line=index + 1,
-            request_id=f"r{index}",
-            timestamp_ms=float(index),
-            num_prompt_tokens=len(prompt),
-            output_length=output_length,
-            token_ids=tuple(prompt),
-        )
-        for index, prompt in enumerate(prompts)
-    ]
-    return trace_block_stream(requests, BLOCK_SIZE)
+from tests.support.streams import BLOCK_SIZE, stream_of
 
 
 def hot_and_scan() -> list[RequestBlocks]:

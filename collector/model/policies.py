@@ -23,6 +23,7 @@ import heapq
 from collections import OrderedDict, defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from collector.model.block_stream import RequestBlocks
 
@@ -30,9 +31,24 @@ POLICIES = ("lru", "pin", "admit", "min")
 NEVER = 1 << 62  # a next use past the stream's end
 
 
+class Tier(Protocol):
+    """A slower tier behind the GPU pool (`collector/replay/cpu_tier.py`): per request,
+    `start`, `load` the blocks after the GPU hits (returns how many it held from the first
+    on), `store` the blocks the request computed, `finish`."""
+
+    def start(self, request_id: str) -> None: ...
+
+    def load(self, keys: Sequence[Hashable]) -> int: ...
+
+    def store(self, keys: Sequence[Hashable]) -> None: ...
+
+    def finish(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class PolicyResult:
-    """What one policy did with one pool size."""
+    """What one policy did with one pool size: blocks hit in the GPU pool, and blocks
+    loaded back from a tier behind it (if any)."""
 
     policy: str
     num_blocks: int
@@ -40,12 +56,19 @@ class PolicyResult:
     prompt_tokens: int
     block_size: int
     pinned_blocks: int = 0
+    tier_hit_blocks: int = 0
 
     @property
     def token_hit_ratio(self) -> float:
-        if not self.prompt_tokens:
-            return 0.0
-        return self.hit_blocks * self.block_size / self.prompt_tokens
+        """Prompt tokens not computed: GPU hits and tier hits."""
+        return self._share(self.hit_blocks + self.tier_hit_blocks)
+
+    @property
+    def gpu_token_hit_ratio(self) -> float:
+        return self._share(self.hit_blocks)
+
+    def _share(self, blocks: int) -> float:
+        return blocks * self.block_size / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 @dataclass
@@ -80,12 +103,15 @@ def replay_policy(
     pinned: Iterable[Hashable] = (),
     not_admitted: Iterable[Hashable] = (),
     max_pinned: int | None = None,
+    tier: Tier | None = None,
 ) -> PolicyResult:
     """Replay the stream through a pool of `num_blocks` under `policy`: "lru" (vLLM's),
     "pin" (LRU, but blocks whose keys are in `pinned` never leave the cache once stored,
     up to `max_pinned` blocks, half the pool unless given, and never the room the largest
     request needs), "admit" (LRU, but blocks whose
-    keys are in `not_admitted` go back empty), "min"."""
+    keys are in `not_admitted` go back empty), "min". With a `tier`, blocks after the GPU
+    hits that the tier holds are loaded back (they count as `tier_hit_blocks`), and the
+    prompt's full blocks the request computed are offered to it."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {POLICIES}")
     pool = _Pool(num_blocks - 1)
@@ -101,7 +127,7 @@ def replay_policy(
     pins = _Pins(held_pins, pinned_keys, limit)
     heap: list[tuple[int, int, int, int]] = []  # (-next hit, -position, block, version)
     versions: dict[int, int] = {}
-    hits = 0
+    hits = tier_hits = 0
     for index, request in enumerate(stream):
         eligible = min((request.num_prompt_tokens - 1) // block_size, len(request.keys))
         used: list[int] = []
@@ -114,12 +140,21 @@ def replay_policy(
                 pool.take(block)
             used.append(block)
         hits += len(used)
+        loaded = 0
+        if tier is not None:
+            tier.start(f"request-{index}")
+            loaded = tier.load(request.keys[len(used) : eligible])
+            tier_hits += loaded
         new = [
             _allocate(pool, heap, versions, next_hits)
             for _ in range(request.num_blocks - len(used))
         ]
         blocks = used + new
         _free(pool, request, blocks, pins, dropped)
+        if tier is not None:
+            full_prompt = min(request.num_prompt_tokens // block_size, len(request.keys))
+            tier.store(request.keys[len(used) + loaded : full_prompt])
+            tier.finish()
         if next_hits is not None:
             for offset, key in enumerate(request.keys):
                 block = blocks[offset]
@@ -138,6 +173,7 @@ def replay_policy(
         prompt_tokens=sum(request.num_prompt_tokens for request in stream),
         block_size=block_size,
         pinned_blocks=len(held_pins),
+        tier_hit_blocks=tier_hits,
     )
 
 

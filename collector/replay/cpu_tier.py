@@ -1,0 +1,97 @@
+"""A CPU offload tier behind the GPU pool: vLLM's own `CPUOffloadingManager` (the native
+`--kv-offloading-backend`), called the way vLLM's offloading connector calls it.
+
+Per request, one at a time: after the GPU prefix hits, the connector looks the next blocks up
+in the tier one by one until a miss (those are loaded back instead of computed), and offers
+the tier the prompt's full blocks the request computed (vLLM's default offloads prompts
+only; prefix hits, GPU or tier, are not offered again). Loads and stores complete at once:
+the transfer itself (the GPU worker's copy) is not modelled, only what is cached where. The
+tier's policy is the manager's own: "lru" or "arc".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+TIER_POLICIES = ("lru", "arc")
+
+
+@dataclass
+class TierCounts:
+    """What the tier did over a replay, in blocks."""
+
+    hits: int = 0  # blocks loaded back from the tier
+    stores: int = 0  # blocks written to the tier
+    evictions: int = 0  # blocks the tier dropped for room
+
+
+class CpuTier:
+    """A tier of `num_blocks` GPU-block-sized chunks under vLLM's manager and `policy`."""
+
+    def __init__(self, num_blocks: int, policy: str = "lru") -> None:
+        from collector.replay.block_manager import require_vllm
+
+        if policy not in TIER_POLICIES:
+            raise ValueError(f"unknown tier policy {policy!r}; use one of {TIER_POLICIES}")
+        if num_blocks < 1:
+            raise ValueError(f"a CPU tier needs at least 1 block, got {num_blocks}")
+        require_vllm()
+        from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+        from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+        self._hit = LookupResult.HIT
+        self._context = ReqContext
+        self._offload_key = make_offload_key
+        self.manager = CPUOffloadingManager(num_chunks=num_blocks, cache_policy=policy)
+        self.num_blocks = num_blocks
+        self.policy = policy
+        self.counts = TierCounts()
+        self._request: Any = None
+
+    def start(self, request_id: str) -> None:
+        """A request arrives (the connector's `on_new_request`)."""
+        self._request = self._context(req_id=request_id)
+        self.manager.on_new_request(self._request)
+
+    def load(self, keys: Sequence[Hashable]) -> int:
+        """How many of `keys` (the blocks after the GPU hits, up to the hit limit) the tier
+        holds from the first on; those are loaded back."""
+        offload_keys = [self._key(key) for key in keys]
+        found = 0
+        for key in offload_keys:
+            if self.manager.lookup(key, self._request) is not self._hit:
+                break
+            found += 1
+        if found:
+            loading = offload_keys[:found]
+            self.manager.prepare_load(loading, self._request)
+            self.manager.complete_load(loading, self._request)
+            self.counts.hits += found
+        return found
+
+    def store(self, keys: Sequence[Hashable]) -> None:
+        """Offer the tier the blocks the request computed."""
+        if not keys:
+            return
+        offload_keys = [self._key(key) for key in keys]
+        output = self.manager.prepare_store(offload_keys, self._request)
+        if output is None:  # no room that is not in use: vLLM skips the store
+            return
+        self.manager.complete_store(output.keys_to_store, self._request)
+        self.counts.stores += len(output.keys_to_store)
+        self.counts.evictions += len(output.evicted_keys)
+
+    def finish(self) -> None:
+        """The request is done (the connector's `on_request_finished`)."""
+        self.manager.on_request_finished(self._request)
+        self._request = None
+
+    def _key(self, key: Hashable) -> Any:
+        if isinstance(key, int):
+            digest = key.to_bytes(16, "little", signed=True)
+        else:
+            digest = hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+        return self._offload_key(digest, 0)
