@@ -6,6 +6,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.advisor import RULES, RunContext, Suggestion, advise
 from collector.advisor.cache_size import recommend_size
 from collector.advisor.suggestion import SEVERITIES
@@ -405,6 +407,45 @@ def test_warm_prefix(tmp_path: Path) -> None:
     assert judge(large, "warm-prefix")[0] == "silent"
 
 
+# -- cache policy ----------------------------------------------------------------------
+
+
+def hot_and_scan_rows() -> Rows:
+    """tests/test_policies.py's hot prompt among scans, as trace rows."""
+    hot = list(range(1, 14))
+    prompts: list[list[int]] = []
+    for visit in range(4):
+        prompts += [hot, *([100 * (2 * visit + one) + t for t in range(1, 14)] for one in (1, 2))]
+    prompts.append(hot)
+    return [
+        {"request_id": f"r{index}", "timestamp": index, "token_ids": prompt, "output_length": 1}
+        for index, prompt in enumerate(prompts)
+    ]
+
+
+def test_cache_policy(tmp_path: Path, monkeypatch: Any) -> None:
+    # In 8 blocks LRU loses the hot prompt to the scans (0 hits); pinning its family or not
+    # caching the scans keeps it: 12 hit blocks of 4 tokens in 169 prompt tokens.
+    thrashing = run_of(tmp_path, "thrashing", hot_and_scan_rows(), num_blocks=8)
+    status, (suggestion,), _ = judge(thrashing, "cache-policy")
+    assert status == "fired"
+    # Only the hot prompt's family is ever reused: the one to pin.
+    assert suggestion.title == "Pinning the hottest prefix family would win 28.4 points"
+    assert suggestion.figures["lru_token_hit_ratio"] == 0
+    assert suggestion.figures["pin_token_hit_ratio"] == pytest.approx(48 / 169)
+    assert suggestion.figures["admit_token_hit_ratio"] == pytest.approx(48 / 169)
+    assert suggestion.figures["ceiling_token_hit_ratio"] == pytest.approx(48 / 169)
+    assert suggestion.action.startswith("vLLM has no pinning or admission flag today")
+    assert "LRU reaches 0% of it" in suggestion.evidence[3]
+    # With room for everything, LRU already keeps the hot prompt: nothing to win.
+    roomy = run_of(tmp_path, "roomy", hot_and_scan_rows(), num_blocks=40)
+    assert judge(roomy, "cache-policy")[0] == "silent"
+    # A run too large to replay in a few seconds is skipped, and says why.
+    monkeypatch.setattr("collector.advisor.cache_policy.MAX_BLOCK_REFERENCES", 10)
+    status, _, detail = judge(thrashing, "cache-policy")
+    assert status == "skipped" and "more than the 10" in detail
+
+
 def test_every_rule_has_a_test_here() -> None:
     tested = {
         "low-free-blocks",
@@ -417,6 +458,7 @@ def test_every_rule_has_a_test_here() -> None:
         "hash-algorithm",
         "lora-split",
         "warm-prefix",
+        "cache-policy",
     }
     assert {name for name, _ in RULES} == tested
 

@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from collector.advisor.suggestion import NotApplicable
-from collector.model.block_stream import Namespace, trace_block_stream, vllm_namespace
+from collector.model.block_stream import (
+    Namespace,
+    RequestBlocks,
+    trace_block_stream,
+    vllm_namespace,
+)
 from collector.model.kv_memory import MODELS, GpuMemory, KVSpec
 from collector.model.mrc import MissRatioCurve, miss_ratio_curve
 from collector.queries.config import RunRow, run_config
@@ -54,12 +59,16 @@ class RunContext:
         return int(self.config["num_blocks"])
 
     @cached_property
-    def curve(self) -> MissRatioCurve:
-        """The one-pass curve of the run's own block hashes (one request at a time)."""
+    def block_stream(self) -> list[RequestBlocks]:
+        """The run's own block hashes, request by request in arrival order."""
         from collector.queries.requests import run_block_stream
 
-        block_size, stream = run_block_stream(self.run)
-        return miss_ratio_curve(stream, block_size)
+        return run_block_stream(self.run)[1]
+
+    @cached_property
+    def curve(self) -> MissRatioCurve:
+        """The one-pass curve of the run's own block hashes (one request at a time)."""
+        return miss_ratio_curve(self.block_stream, self.block_size)
 
     @cached_property
     def has_token_ids(self) -> bool:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from collector.advisor import (
     block_size,
+    cache_policy,
     cache_size,
     dynamic_field,
     hash_algo,
@@ -33,6 +34,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("hash-algorithm", hash_algo.hash_algorithm),
     ("lora-split", lora.lora_split),
     ("warm-prefix", warming.warming),
+    ("cache-policy", cache_policy.cache_policy),
 )
 
 

@@ -1,0 +1,116 @@
+"""Pinning and admission: what a policy other than vLLM's LRU would win on this run.
+
+The run's own block stream is replayed one request at a time (collector/model/policies.py)
+at its pool size under LRU, with the hottest prefix families pinned, with the families that
+no request reuses soon left uncached, and under Belady's MIN, the ceiling. The rule fires
+when pinning or admission wins at least MIN_GAIN of token hit ratio. vLLM has no pinning or
+admission flag, so the action names what an operator can do instead.
+"""
+
+from __future__ import annotations
+
+from collector.advisor.context import RunContext
+from collector.advisor.suggestion import NotApplicable, Suggestion, severity_for_gain
+from collector.model.kv_memory import gib_for_blocks
+from collector.model.policies import (
+    PolicyResult,
+    hottest_families,
+    one_off_families,
+    replay_policy,
+)
+
+MIN_GAIN = 0.02  # of token hit ratio: 2 points
+PIN_FAMILIES = 5
+ADMISSION_WINDOW = 100  # requests
+MAX_BLOCK_REFERENCES = 2_000_000  # a replay of this many takes about 10 s here
+
+
+def cache_policy(context: RunContext) -> list[Suggestion]:
+    """One suggestion when pinning or admission beats LRU by MIN_GAIN or more."""
+    stream, block_size, num_blocks = context.block_stream, context.block_size, context.num_blocks
+    references = sum(len(request.keys) for request in stream)
+    if references > MAX_BLOCK_REFERENCES:
+        raise NotApplicable(
+            f"the run has {references:,} block references, more than the "
+            f"{MAX_BLOCK_REFERENCES:,} its policy replays take in a few seconds"
+        )
+    pinned = hottest_families(stream, block_size, PIN_FAMILIES)
+    one_offs = one_off_families(stream, block_size, ADMISSION_WINDOW)
+    try:
+        lru = replay_policy(stream, block_size, num_blocks, "lru")
+        pin = replay_policy(
+            stream, block_size, num_blocks, "pin", pinned=[k for keys in pinned for k in keys]
+        )
+        admit = replay_policy(
+            stream,
+            block_size,
+            num_blocks,
+            "admit",
+            not_admitted=[key for keys in one_offs for key in keys],
+        )
+        ceiling = replay_policy(stream, block_size, num_blocks, "min")
+    except ValueError as error:
+        raise NotApplicable(f"the policy replay cannot hold this run: {error}") from None
+    best = pin if pin.token_hit_ratio >= admit.token_hit_ratio else admit
+    gain = best.token_hit_ratio - lru.token_hit_ratio
+    if gain < MIN_GAIN:
+        return []
+    gain_tokens = gain * context.prompt_tokens
+    pinned_gib = gib_for_blocks(context.spec, block_size, pin.pinned_blocks)
+    roots = ", ".join(f"{keys[0]:#018x}" for keys in pinned if isinstance(keys[0], int))
+    families = "hottest prefix family" if len(pinned) == 1 else f"{len(pinned)} hottest families"
+    what = (
+        f"pinning the {families}"
+        if best is pin
+        else f"not caching the {len(one_offs):,} prefix families no request reuses within "
+        f"{ADMISSION_WINDOW} requests"
+    )
+    return [
+        Suggestion(
+            rule="cache-policy",
+            title=f"{what[0].upper()}{what[1:]} would win {gain * 100:.1f} points",
+            severity=severity_for_gain(gain),
+            evidence=[
+                f"LRU (vLLM's policy) at the run's {num_blocks:,} blocks: "
+                f"{lru.token_hit_ratio:.1%} token hit ratio, one request at a time",
+                _line("pinning the hottest families", pin)
+                + f" ({pin.pinned_blocks:,} blocks pinned, {pinned_gib:.2f} GiB; first "
+                f"blocks {roots})",
+                _line("leaving one-off families uncached", admit)
+                + f" ({len(one_offs):,} families)",
+                f"the ceiling (Belady's MIN, perfect knowledge of the future): "
+                f"{ceiling.token_hit_ratio:.1%}; LRU reaches "
+                f"{_share(lru, ceiling):.0%} of it",
+            ],
+            effect=(
+                f"token hit ratio {lru.token_hit_ratio:.1%} -> {best.token_hit_ratio:.1%} "
+                f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
+                "from the cache over this run), per a replay of this run's block stream one "
+                "request at a time"
+            ),
+            action=(
+                "vLLM has no pinning or admission flag today; to the same end: keep the hot "
+                "families warm (a one-token request with their prefix while idle), route them "
+                "to replicas of their own so one-off traffic does not evict them, or add a CPU "
+                "tier (--kv-offloading-size) that catches what the GPU pool evicts"
+            ),
+            gain_tokens=gain_tokens,
+            figures={
+                "lru_token_hit_ratio": lru.token_hit_ratio,
+                "pin_token_hit_ratio": pin.token_hit_ratio,
+                "admit_token_hit_ratio": admit.token_hit_ratio,
+                "ceiling_token_hit_ratio": ceiling.token_hit_ratio,
+                "pinned_blocks": pin.pinned_blocks,
+                "pinned_gib": pinned_gib,
+                "one_off_families": len(one_offs),
+            },
+        )
+    ]
+
+
+def _line(what: str, result: PolicyResult) -> str:
+    return f"{what}: {result.token_hit_ratio:.1%}"
+
+
+def _share(result: PolicyResult, ceiling: PolicyResult) -> float:
+    return result.hit_blocks / ceiling.hit_blocks if ceiling.hit_blocks else 1.0
