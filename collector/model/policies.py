@@ -105,13 +105,16 @@ def replay_policy(
     max_pinned: int | None = None,
     tier: Tier | None = None,
 ) -> PolicyResult:
-    """Replay the stream through a pool of `num_blocks` under `policy`: "lru" (vLLM's),
-    "pin" (LRU, but blocks whose keys are in `pinned` never leave the cache once stored,
-    up to `max_pinned` blocks, half the pool unless given, and never the room the largest
-    request needs), "admit" (LRU, but blocks whose
-    keys are in `not_admitted` go back empty), "min". With a `tier`, blocks after the GPU
-    hits that the tier holds are loaded back (they count as `tier_hit_blocks`), and the
-    prompt's full blocks the request computed are offered to it."""
+    """Replay the stream through a pool of `num_blocks` under `policy`:
+    - "lru": vLLM's;
+    - "pin": LRU, but blocks whose keys are in `pinned` never leave the cache once stored,
+      up to `max_pinned` blocks (half the pool unless given), never taking the room the
+      largest request needs;
+    - "admit": LRU, but blocks whose keys are in `not_admitted` go back empty;
+    - "min": Belady's.
+    With a `tier`, blocks after the GPU hits that the tier holds are loaded back (they count
+    as `tier_hit_blocks`), and the prompt's full blocks the request computed are offered to
+    it."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {POLICIES}")
     pool = _Pool(num_blocks - 1)
