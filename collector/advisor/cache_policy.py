@@ -10,7 +10,12 @@ admission flag, so the action names what an operator can do instead.
 from __future__ import annotations
 
 from collector.advisor.context import RunContext
-from collector.advisor.suggestion import NotApplicable, Suggestion, severity_for_gain
+from collector.advisor.suggestion import (
+    NotApplicable,
+    NothingToWin,
+    Suggestion,
+    severity_for_gain,
+)
 from collector.model.kv_memory import gib_for_blocks
 from collector.model.policies import (
     PolicyResult,
@@ -23,6 +28,7 @@ MIN_GAIN = 0.02  # of token hit ratio: 2 points
 PIN_FAMILIES = 5
 ADMISSION_WINDOW = 100  # requests
 MAX_BLOCK_REFERENCES = 2_000_000  # a replay of this many takes about 10 s here
+NEAR_CEILING = 0.95  # LRU this close to MIN leaves no policy anything to win
 
 
 def cache_policy(context: RunContext) -> list[Suggestion]:
@@ -54,7 +60,7 @@ def cache_policy(context: RunContext) -> list[Suggestion]:
     best = pin if pin.token_hit_ratio >= admit.token_hit_ratio else admit
     gain = best.token_hit_ratio - lru.token_hit_ratio
     if gain < MIN_GAIN:
-        return []
+        raise NothingToWin(_nothing_to_win(lru, pin, admit, ceiling))
     gain_tokens = gain * context.prompt_tokens
     pinned_gib = gib_for_blocks(context.spec, block_size, pin.pinned_blocks)
     roots = ", ".join(f"{keys[0]:#018x}" for keys in pinned if isinstance(keys[0], int))
@@ -106,6 +112,26 @@ def cache_policy(context: RunContext) -> list[Suggestion]:
             },
         )
     ]
+
+
+def _nothing_to_win(
+    lru: PolicyResult, pin: PolicyResult, admit: PolicyResult, ceiling: PolicyResult
+) -> str:
+    """The silent verdict in plain words: how far LRU is from the ceiling, and what pinning
+    and admission would change."""
+    reach = _share(lru, ceiling)
+    verdict = (
+        "this traffic leaves nothing for a cache policy to win"
+        if reach >= NEAR_CEILING
+        else "a policy that knew the future would win more, but neither pinning nor "
+        f"admission wins {MIN_GAIN * 100:.0f} points"
+    )
+    return (
+        f"LRU reaches {reach:.0%} of the ceiling ({lru.token_hit_ratio:.1%} against "
+        f"Belady's {ceiling.token_hit_ratio:.1%}); pinning "
+        f"{(pin.token_hit_ratio - lru.token_hit_ratio) * 100:+.1f} points, admission "
+        f"{(admit.token_hit_ratio - lru.token_hit_ratio) * 100:+.1f}: {verdict}"
+    )
 
 
 def _line(what: str, result: PolicyResult) -> str:

@@ -19,7 +19,13 @@ from collector.advisor import (
     warming,
 )
 from collector.advisor.context import RunContext
-from collector.advisor.suggestion import SEVERITIES, NotApplicable, RuleOutcome, Suggestion
+from collector.advisor.suggestion import (
+    SEVERITIES,
+    NotApplicable,
+    NothingToWin,
+    RuleOutcome,
+    Suggestion,
+)
 
 Rule = Callable[[RunContext], list[Suggestion]]
 
@@ -104,6 +110,9 @@ def advise(context: RunContext, rules: tuple[tuple[str, Rule], ...] = RULES) -> 
             found = rule(context)
         except NotApplicable as reason:
             checks.append(RuleOutcome(name, "skipped", str(reason)))
+            continue
+        except NothingToWin as found_nothing:
+            checks.append(RuleOutcome(name, "silent", str(found_nothing)))
             continue
         suggestions += found
         if found:

@@ -64,6 +64,10 @@ class NotApplicable(Exception):
     """A rule cannot judge this run; the message says why and what would let it."""
 
 
+class NothingToWin(Exception):
+    """A rule judged the run and suggests nothing; the message says what it found."""
+
+
 def severity_for_gain(gain_share: float) -> str:
     """Efficiency suggestions: high from 5 points of token hit ratio, medium from 1."""
     if gain_share >= 0.05:
