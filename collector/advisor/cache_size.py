@@ -126,9 +126,7 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
             f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
             f"from the cache over this run), per the {recommendation.source}"
         ),
-        action=" ".join(
-            f"`{setting}`" if setting.startswith("--") else setting for setting in settings
-        ),
+        action=_action(settings),
         gain_tokens=gain_tokens,
         figures={
             "current_num_blocks": current,
@@ -157,9 +155,8 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
             f"frees {freed_gib:.1f} GiB per GPU (for a larger batch or model) at a cost of "
             f"{loss * 100:.2f} points of token hit ratio, per the {recommendation.source}"
         ),
-        action=" ".join(
-            f"`{setting}`" if setting.startswith("--") else setting
-            for setting in vllm_pool_settings(
+        action=_action(
+            vllm_pool_settings(
                 spec,
                 block_size,
                 target,
@@ -170,6 +167,11 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
         figures={"current_num_blocks": current, "recommended_num_blocks": target},
         charts=[curve_chart(context, target)],
     )
+
+
+def _action(settings: list[str]) -> str:
+    """vLLM settings as the action: flags in backticks, notes as they are."""
+    return " ".join(f"`{setting}`" if setting.startswith("--") else setting for setting in settings)
 
 
 def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[str]:

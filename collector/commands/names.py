@@ -57,9 +57,7 @@ def _run_names(args: argparse.Namespace) -> int:
         name = known.get(label)
         found += name is not None
         shown_name = shown(name) if name is not None else "(not among the names given)"
-        if kind == "salt":
-            print(f"{kind:8} {shown(label):20} {'':16} {shown_name}")
-        else:
-            print(f"{kind:8} {shown(label):20} {shown(nickname(label)):16} {shown_name}")
+        shown_nickname = "" if kind == "salt" else shown(nickname(label))  # salts have none
+        print(f"{kind:8} {shown(label):20} {shown_nickname:16} {shown_name}")
     print(f"{found} of {len(labels)} labels named with this machine's secret")
     return 0

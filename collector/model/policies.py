@@ -118,15 +118,15 @@ def replay_policy(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {POLICIES}")
     pool = _Pool(num_blocks - 1)
-    if pool.usable < max((request.num_blocks for request in stream), default=0):
+    largest = max((request.num_blocks for request in stream), default=0)
+    if pool.usable < largest:
         raise ValueError(f"a request needs more than the {num_blocks} blocks of the pool")
     next_hits = _NextHits(stream, block_size) if policy == "min" else None
     pinned_keys = set(pinned) if policy == "pin" else set()
     dropped = set(not_admitted) if policy == "admit" else set()
     held_pins: dict[Hashable, int] = {}
     # Pins never take the room the largest request needs.
-    room = pool.usable - max((request.num_blocks for request in stream), default=0)
-    limit = min(pool.usable // 2 if max_pinned is None else max_pinned, room)
+    limit = min(pool.usable // 2 if max_pinned is None else max_pinned, pool.usable - largest)
     pins = _Pins(held_pins, pinned_keys, limit)
     heap: list[tuple[int, int, int, int]] = []  # (-next hit, -position, block, version)
     versions: dict[int, int] = {}

@@ -44,9 +44,7 @@ def run_config(run: RunFile) -> RunRow:
 def recorded_tokenizer(config: Mapping[str, Any]) -> str:
     """The tokenizer a run names for its token ids: a replay's --tokenizer, else a live
     engine's model; "" when it names none."""
-    options = config.get("options") or {}
-    if isinstance(options, str):
-        options = json.loads(options)
+    options = _options(config)
     return str(options.get("tokenizer") or options.get("model") or "")
 
 
@@ -54,12 +52,16 @@ def describe_source(config: Mapping[str, Any]) -> str:
     """Where a run's records came from, as a phrase: "replay of TRACE" (the trace file's
     name: its folder is the machine's that replayed it), "live capture of engine host:123",
     "vLLM KV events from tcp://..."."""
-    options = config.get("options") or {}
-    if isinstance(options, str):
-        options = json.loads(options)
+    options = _options(config)
     if config["source"] == "engine":
         return f"live capture of engine {shown(options.get('engine_id') or '?')}"
     if config["source"] == "vllm-kv-events":
         return f"vLLM KV events from {shown(options.get('endpoint') or '?')}"
     trace = config["trace"]
     return f"{config['source']} of {shown(PurePath(trace).name if trace else trace)}"
+
+
+def _options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A runs row's options, whether still JSON text (as stored) or already parsed."""
+    options = config.get("options") or {}
+    return dict(json.loads(options) if isinstance(options, str) else options)

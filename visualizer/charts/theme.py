@@ -116,16 +116,13 @@ def category_colors(labels: Iterable[str]) -> dict[str, str]:
     same colour, the later in sorted order takes the next free one. "(none)" and "" are
     grey."""
     distinct = sorted({label for label in labels if label not in ("(none)", "")})
-    taken: dict[str, str] = {}
+    colors: dict[str, str] = {}
     for label in distinct:
         start = zlib.crc32(label.encode())
-        free = [
-            CATEGORY_COLORS[(start + step) % len(CATEGORY_COLORS)]
-            for step in range(len(CATEGORY_COLORS))
-            if CATEGORY_COLORS[(start + step) % len(CATEGORY_COLORS)] not in taken.values()
-        ]
-        taken[label] = free[0] if free else nth_color(start)
-    return taken | {"(none)": NO_LABEL_COLOR, "": NO_LABEL_COLOR}
+        in_turn = (nth_color(start + step) for step in range(len(CATEGORY_COLORS)))
+        used = set(colors.values())
+        colors[label] = next((color for color in in_turn if color not in used), nth_color(start))
+    return colors | {"(none)": NO_LABEL_COLOR, "": NO_LABEL_COLOR}
 
 
 def nth_color(index: int) -> str:

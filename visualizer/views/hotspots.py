@@ -99,7 +99,8 @@ def render() -> None:
 
 def _named_rows(heat: pd.DataFrame, rows: str) -> pd.DataFrame:
     """The owner heatmap with each row named: a family by its first block and first storer,
-    a tenant by its nickname; the folded rest as "(the other N)"."""
+    a tenant by its nickname; the folded rest as "(every other prefix family)" or
+    "(every other tenant)"."""
     named = with_nicknames(heat, "owner" if rows == "family" else "row_key")
     others = f"(every other {ROW_NAMES[rows]})"
     if rows == "family":
