@@ -63,9 +63,10 @@ GROUP_ID_BYTES = 4  # after the hash in vLLM's cache key (`BlockHashWithGroupId`
 # The record stream's meaning, as the collector must read it. 2: the hooks send evictions on
 # reuse, cached-free counts and cleared counts as the collector's to derive (1: they sent
 # them). 3: block records name their KV cache group, and a hit its first position. 4: a
-# `Free` in a dense layout leaves its reference counts to the collector. A collector refuses
-# a stream in another format.
-WIRE_FORMAT = 4
+# `Free` in a dense layout leaves its reference counts to the collector. 5: a `Lookup` says
+# how many tokens a KV connector (an offload tier) supplied. A collector refuses a stream in
+# another format.
+WIRE_FORMAT = 5
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -101,7 +102,9 @@ class Lookup(_Record, tag="lookup"):
     of several KV cache groups, the hit is the longest prefix every group can serve;
     `longest_group_hit_tokens` is the longest one group alone had cached when that was more
     (vLLM's shared-prefix boundary), else 0: the tokens between the two, another group (a
-    sliding window's) cut off.
+    sliding window's) cut off. `num_tier_hit_tokens` are the tokens after the GPU hit that
+    vLLM's KV connector loaded instead (an offload tier's hit: vLLM's native CPU offloading,
+    LMCache, ...), as the scheduler passed them to `allocate_slots`.
     """
 
     num_prompt_tokens: Count
@@ -109,6 +112,7 @@ class Lookup(_Record, tag="lookup"):
     num_hit_blocks: Count
     preempted: bool
     longest_group_hit_tokens: Count = 0
+    num_tier_hit_tokens: Count = 0
 
 
 class Hit(_Record, tag="hit"):

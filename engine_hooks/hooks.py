@@ -88,6 +88,7 @@ class KVCacheHooks(PoolHooks):
         )
         self._manager = manager
         self._pseudonymizer = pseudonymizer
+        self._tier_hit_tokens = 0  # of the last `allocate_slots` call
         self._attached: list[tuple[Any, str]] = []
 
     # -- attach / detach ---------------------------------------------------------------
@@ -213,8 +214,12 @@ class KVCacheHooks(PoolHooks):
     _make_allocate_external_computed_blocks = _make_allocate_new_blocks
 
     def _make_allocate_slots(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The request whose blocks move, for the pool's hooks; and the tokens a KV connector
+        loaded for it (the scheduler passes them by keyword, then records the lookup)."""
+
         def allocate_slots(request: Request, *args: Any, **kwargs: Any) -> Any:
             self._request = request
+            self._tier_hit_tokens = kwargs.get("num_external_computed_tokens", 0)
             try:
                 return original(request, *args, **kwargs)
             finally:
@@ -253,6 +258,7 @@ class KVCacheHooks(PoolHooks):
                 request.num_preemptions > 0,
                 # Set by the scheduler from `get_computed_blocks` (0 in a dense layout).
                 getattr(request, "shared_prefix_boundary", 0),
+                self._tier_hit_tokens,
                 lora=lora,
             )
             self._emit([record])

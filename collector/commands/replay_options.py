@@ -65,6 +65,52 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fingerprint every cached block and check each prefix hit against it",
     )
+    add_tier_options(parser, many=False)
+
+
+def add_tier_options(parser: argparse.ArgumentParser, many: bool) -> None:
+    """--cpu-tier-blocks and --cpu-tier-policy: one each, or comma-separated lists (`many`,
+    for a sweep)."""
+    from collector.replay.cpu_tier import TIER_POLICIES
+
+    sweep = ", a comma-separated list to sweep" if many else ""
+    parser.add_argument(
+        "--cpu-tier-blocks",
+        type=_block_counts if many else int,
+        default=[0] if many else 0,
+        help="a CPU offload tier behind the GPU pool, through vLLM's own offloading manager "
+        f"(vLLM's --kv-offloading-size, in GPU-block-sized chunks; 0: none){sweep}",
+    )
+    parser.add_argument(
+        "--cpu-tier-policy",
+        type=_policies if many else str,
+        choices=None if many else TIER_POLICIES,
+        default=["lru"] if many else "lru",
+        help=f"the tier's eviction policy, vLLM's own ({', '.join(TIER_POLICIES)}){sweep}",
+    )
+
+
+def _block_counts(text: str) -> list[int]:
+    try:
+        values = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError as error:
+        message = f"expected comma-separated counts, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from error
+    if not values or any(value < 0 for value in values):
+        raise argparse.ArgumentTypeError(f"expected counts of 0 or more, got {text!r}")
+    return values
+
+
+def _policies(text: str) -> list[str]:
+    from collector.replay.cpu_tier import TIER_POLICIES
+
+    values = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [value for value in values if value not in TIER_POLICIES]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected policies among {', '.join(TIER_POLICIES)}, got {text!r}"
+        )
+    return values
 
 
 def add_format_option(parser: argparse.ArgumentParser) -> None:
@@ -107,4 +153,6 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         tokenizer=args.tokenizer,
         reveal_tenants=args.reveal_tenants,
         check_collisions=args.check_collisions,
+        cpu_tier_blocks=args.cpu_tier_blocks,
+        cpu_tier_policy=args.cpu_tier_policy,
     )

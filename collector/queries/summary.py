@@ -14,6 +14,7 @@ WITH lookups AS (
         coalesce(sum(num_prompt_tokens), 0) AS prompt_tokens,
         coalesce(sum(num_hit_tokens), 0) AS hit_tokens,
         coalesce(sum(num_hit_blocks), 0) AS hit_blocks,
+        coalesce(sum(num_tier_hit_tokens), 0) AS tier_hit_tokens,
         coalesce(sum((num_prompt_tokens + runs.block_size - 1) // runs.block_size), 0)
             AS prompt_blocks
     FROM events, runs
@@ -77,6 +78,8 @@ class RunSummary(HeadlineFigures):
     hash_algo: str
     vllm_prefix_cache_queries: int | None
     vllm_prefix_cache_hits: int | None
+    tier_hit_tokens: int
+    tier_token_hit_ratio: float
 
 
 def hit_ratio(hits: int, looked_up: int) -> float:
@@ -92,7 +95,8 @@ def run_summary(run: RunFile) -> RunSummary:
     prompt having ceil(tokens / block size) blocks (the partial last block counts).
     Pool pressure: the fewest free blocks and their share of the usable pool; the time
     spent under 10 % of it free (`pool.LOW_FREE_FRACTION`) and its share of the time the
-    pool steps cover.
+    pool steps cover. Tier hits: prompt tokens an offload tier (a KV connector) supplied
+    beyond the GPU hit, and their share of the looked-up tokens (0 without a tier).
     """
     figures = run.record(_SUMMARY_SQL)
     assert figures is not None
@@ -125,4 +129,6 @@ def run_summary(run: RunFile) -> RunSummary:
         "hash_algo": figures["hash_algo"],
         "vllm_prefix_cache_queries": figures["vllm_prefix_cache_queries"],
         "vllm_prefix_cache_hits": figures["vllm_prefix_cache_hits"],
+        "tier_hit_tokens": figures["tier_hit_tokens"],
+        "tier_token_hit_ratio": hit_ratio(figures["tier_hit_tokens"], prompt_tokens),
     }

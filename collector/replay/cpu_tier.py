@@ -31,7 +31,7 @@ class TierCounts:
 class CpuTier:
     """A tier of `num_blocks` GPU-block-sized chunks under vLLM's manager and `policy`."""
 
-    def __init__(self, num_blocks: int, policy: str = "lru") -> None:
+    def __init__(self, num_blocks: int, policy: str = "lru", events: bool = False) -> None:
         from collector.replay.block_manager import require_vllm
 
         if policy not in TIER_POLICIES:
@@ -39,13 +39,21 @@ class CpuTier:
         if num_blocks < 1:
             raise ValueError(f"a CPU tier needs at least 1 block, got {num_blocks}")
         require_vllm()
-        from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+        from vllm.v1.kv_offload.base import (
+            LookupResult,
+            ReqContext,
+            get_offload_block_hash,
+            make_offload_key,
+        )
         from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
         self._hit = LookupResult.HIT
         self._context = ReqContext
         self._offload_key = make_offload_key
-        self.manager = CPUOffloadingManager(num_chunks=num_blocks, cache_policy=policy)
+        self._block_hash = get_offload_block_hash
+        self.manager = CPUOffloadingManager(
+            num_chunks=num_blocks, cache_policy=policy, enable_events=events
+        )
         self.num_blocks = num_blocks
         self.policy = policy
         self.counts = TierCounts()
@@ -56,17 +64,22 @@ class CpuTier:
         self._request = self._context(req_id=request_id)
         self.manager.on_new_request(self._request)
 
-    def load(self, keys: Sequence[Hashable]) -> int:
+    def lookup(self, keys: Sequence[Hashable]) -> int:
         """How many of `keys` (the blocks after the GPU hits, up to the hit limit) the tier
-        holds from the first on; those are loaded back."""
-        offload_keys = [self._key(key) for key in keys]
+        holds from the first on (the connector's `get_num_new_matched_tokens`; changes
+        nothing)."""
         found = 0
-        for key in offload_keys:
-            if self.manager.lookup(key, self._request) is not self._hit:
+        for key in keys:
+            if self.manager.lookup(self._key(key), self._request) is not self._hit:
                 break
             found += 1
+        return found
+
+    def load(self, keys: Sequence[Hashable]) -> int:
+        """Load back what `lookup` finds of `keys`; returns how many blocks."""
+        found = self.lookup(keys)
         if found:
-            loading = offload_keys[:found]
+            loading = [self._key(key) for key in keys[:found]]
             self.manager.prepare_load(loading, self._request)
             self.manager.complete_load(loading, self._request)
             self.counts.hits += found
@@ -89,7 +102,17 @@ class CpuTier:
         self.manager.on_request_finished(self._request)
         self._request = None
 
+    def take_events(self) -> list[tuple[bool, list[bytes]]]:
+        """What the tier stored and dropped since the last call, as vLLM's offloading
+        connector publishes it (with `events=True`): (removed, block hashes) in order."""
+        return [
+            (event.removed, [bytes(self._block_hash(key)) for key in event.keys])
+            for event in self.manager.take_events()
+        ]
+
     def _key(self, key: Hashable) -> Any:
+        if isinstance(key, bytes):  # vLLM's block hash: the connector's own key
+            return self._offload_key(key, 0)
         if isinstance(key, int):
             digest = key.to_bytes(16, "little", signed=True)
         else:

@@ -19,7 +19,9 @@ from collector.replay.block_manager import (
     make_kv_cache_manager,
     require_vllm,
 )
+from collector.replay.cpu_tier import CpuTier
 from collector.replay.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
+from collector.replay.tier_events import TierEvents
 from collector.replay.traces import TraceError, TraceRequest, read_trace
 from collector.store.run_file import RunConfig, RunStore, StoreError
 from engine_hooks.buffer import EventBuffer
@@ -43,8 +45,23 @@ class ReplayOptions:
     tokenizer: str | None = None
     reveal_tenants: bool = False
     check_collisions: bool = False
+    cpu_tier_blocks: int = 0  # a CPU offload tier of this many GPU-block-sized chunks
+    cpu_tier_policy: str = "lru"
 
     def __post_init__(self) -> None:
+        from collector.replay.cpu_tier import TIER_POLICIES
+
+        if self.cpu_tier_blocks < 0:
+            raise ValueError(f"--cpu-tier-blocks must be 0 or more, got {self.cpu_tier_blocks}")
+        if self.cpu_tier_policy not in TIER_POLICIES:
+            raise ValueError(
+                f"unknown --cpu-tier-policy {self.cpu_tier_policy!r}; use one of {TIER_POLICIES}"
+            )
+        if self.cpu_tier_blocks and self.settings.kv_layout != "full":
+            raise ValueError(
+                "a CPU tier replays with one full-attention KV cache group only "
+                f"(--kv-layout full), not {self.settings.kv_layout!r}"
+            )
         if self.timing not in TIMINGS:
             raise ValueError(f"unknown timing {self.timing!r}; use one of {TIMINGS}")
         if self.max_num_seqs < 1:
@@ -124,10 +141,19 @@ def replay_into(
         check_collisions=options.check_collisions,
     ).attach()
 
+    tier = (
+        CpuTier(options.cpu_tier_blocks, options.cpu_tier_policy, events=True)
+        if options.cpu_tier_blocks
+        else None
+    )
+    publish = TierEvents(store, settings.block_size) if tier else None
+
     def drain() -> None:
         store.append(buffer.take())
+        if tier and publish:
+            publish(clock(), tier.take_events())
 
-    simulator = Simulator(manager, hooks, clock, block_hasher, on_step=drain)
+    simulator = Simulator(manager, hooks, clock, block_hasher, on_step=drain, tier=tier)
     try:
         if options.timing == "sequential":
             simulator.run_sequential(requests, progress)
@@ -162,5 +188,8 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
             "check_collisions": options.check_collisions,
             "kv_layout": settings.kv_layout,
             "kv_groups": kv_groups(settings),
+            "cpu_tier": {"num_blocks": options.cpu_tier_blocks, "policy": options.cpu_tier_policy}
+            if options.cpu_tier_blocks
+            else None,
         },
     )

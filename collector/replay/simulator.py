@@ -16,6 +16,12 @@ Two timings:
   back to the front of the queue), then admits waiting requests in arrival order while fewer
   than `max_num_seqs` run and their whole prompt fits (no chunked prefill, no token budget).
   A step lasts `step_ms` plus `prefill_us_per_token` for every prompt token it computes.
+
+With a CPU tier (`collector/replay/cpu_tier.py`), admission calls it as vLLM's offloading
+connector does: after the GPU hit, the tier is looked up block by block; the blocks it holds
+from there on are passed to `allocate_slots` as the connector's external tokens and loaded
+back once the slots are had (so the prefill computes only the rest), and the prompt's full
+blocks the request computes are offered to the tier.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without
     from vllm.v1.request import Request
 
     from collector.replay.block_manager import BlockHasher
+    from collector.replay.cpu_tier import CpuTier
 
 NS_PER_MS = 1_000_000
 OUTPUT_TOKEN_BASE = 1_000_000_000
@@ -79,8 +86,11 @@ class Simulator:
         clock: VirtualClock,
         block_hasher: BlockHasher,
         on_step: Callable[[], None],
+        *,
+        tier: CpuTier | None = None,
     ) -> None:
         self.manager = manager
+        self.tier = tier
         self.hooks = hooks
         self.clock = clock
         self.block_hasher = block_hasher
@@ -115,15 +125,45 @@ class Simulator:
         # As the scheduler does: a window group then keeps the blocks at the boundary of a
         # prefix another group cached further (the hit's third value), to serve it later.
         request.shared_prefix_boundary = boundary
-        num_new_tokens = request.num_tokens - num_hit_tokens
-        if self.manager.allocate_slots(request, num_new_tokens, num_hit_tokens, blocks) is None:
+        tier_keys, num_tier_blocks = self._look_up_tier(request, num_hit_tokens)
+        num_tier_tokens = num_tier_blocks * self.manager.block_pool.hash_block_size
+        num_new_tokens = request.num_tokens - num_hit_tokens - num_tier_tokens
+        if (
+            self.manager.allocate_slots(
+                request,
+                num_new_tokens,
+                num_hit_tokens,
+                blocks,
+                num_external_computed_tokens=num_tier_tokens,
+            )
+            is None
+        ):
+            if self.tier:
+                self.tier.finish()
             return None
+        if self.tier:
+            self.tier.load(tier_keys[:num_tier_blocks])
+            self.tier.store(tier_keys[num_tier_blocks:])
+            self.tier.finish()
         self.manager.record_prefix_cache_stats(request, num_hit_tokens)
         request.status = RequestStatus.RUNNING
         request.num_computed_tokens = request.num_tokens
         if self.hooks:
             self.hooks.on_schedule(request)
         return int(num_new_tokens)
+
+    def _look_up_tier(self, request: Request, num_hit_tokens: int) -> tuple[list[bytes], int]:
+        """The prompt's full blocks after the GPU hit (those the tier may hold, then those
+        the request computes and offers it), and how many of them, from the first, the tier
+        holds: up to the block before the last token, as a GPU hit goes."""
+        if self.tier is None:
+            return [], 0
+        self.tier.start(request.request_id)
+        block_size = self.manager.block_pool.hash_block_size
+        first = num_hit_tokens // block_size
+        keys = list(request.block_hashes[first : request.num_prompt_tokens // block_size])
+        limit = (request.num_tokens - 1) // block_size - first
+        return keys, self.tier.lookup(keys[:limit])
 
     def _output_tokens(self, trace_request: TraceRequest, start: int, count: int) -> list[int]:
         if trace_request.output_token_ids is not None:

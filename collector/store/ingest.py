@@ -50,6 +50,7 @@ EVENT_COLUMNS: dict[str, pa.DataType] = {
     "num_hit_tokens": pa.int32(),
     "num_hit_blocks": pa.int32(),
     "longest_group_hit_tokens": pa.int32(),
+    "num_tier_hit_tokens": pa.int32(),
     "preempted": pa.bool_(),
     "age_ns": pa.int64(),
     "num_hits": pa.int32(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
@@ -111,6 +111,7 @@ CREATE_STATEMENTS = (
         num_hit_tokens INTEGER,
         num_hit_blocks INTEGER,
         longest_group_hit_tokens INTEGER,
+        num_tier_hit_tokens INTEGER,
         preempted BOOLEAN,
         age_ns BIGINT,
         num_hits INTEGER,
@@ -168,6 +169,7 @@ DERIVED_STATEMENTS = (
         arg_min(num_hit_blocks, seq) FILTER (WHERE kind = 'lookup') AS num_hit_blocks,
         arg_min(longest_group_hit_tokens, seq) FILTER (WHERE kind = 'lookup')
             AS longest_group_hit_tokens,
+        arg_min(num_tier_hit_tokens, seq) FILTER (WHERE kind = 'lookup') AS num_tier_hit_tokens,
         any_value(num_output_tokens) FILTER (WHERE kind = 'finish') AS num_output_tokens,
         any_value(tenant) FILTER (WHERE kind = 'arrive') AS tenant,
         any_value(lora) FILTER (WHERE kind = 'arrive') AS lora,

@@ -1,0 +1,39 @@
+"""A replay's CPU tier, recorded as vLLM's offloading connector publishes it: KV events of
+medium "CPU" (BlockStored as the tier takes blocks, BlockRemoved as it drops them), in the
+run file's vllm_kv_* tables, where a live engine's own KV events land. So the pages read a
+tier's occupancy the same way from a replay and from a live engine."""
+
+from __future__ import annotations
+
+from collector.live.vllm_kv.conflicts import HashConflictDetector
+from collector.live.vllm_kv.ingest import append_vllm_batches
+from collector.live.vllm_kv.wire import BlockRemoved, BlockStored, KVEventBatch, ReceivedBatch
+from collector.store.run_file import RunStore
+
+ENDPOINT = "replay:cpu-tier"
+MEDIUM = "CPU"  # vLLM's MEDIUM_CPU
+
+
+class TierEvents:
+    """Appends one batch per replay step that moved anything in the tier."""
+
+    def __init__(self, store: RunStore, block_size: int) -> None:
+        self._store = store
+        self._block_size = block_size
+        self._detector = HashConflictDetector()
+        self._seq = 0
+
+    def __call__(self, now_ns: int, moves: list[tuple[bool, list[bytes]]]) -> None:
+        """Record (removed, block hashes) moves of the step that ended at `now_ns`."""
+        if not moves:
+            return
+        events: list[BlockStored | BlockRemoved] = [
+            BlockRemoved(block_hashes=list(hashes), medium=MEDIUM)
+            if removed
+            else BlockStored(block_hashes=list(hashes), block_size=self._block_size, medium=MEDIUM)
+            for removed, hashes in moves
+        ]
+        batch = KVEventBatch(ts=now_ns / 1e9, events=list(events))
+        received = ReceivedBatch(ENDPOINT, epoch=0, seq=self._seq, batch=batch, replayed=False)
+        append_vllm_batches(self._store, [received], [], self._detector)
+        self._seq += 1
