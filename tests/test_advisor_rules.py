@@ -451,6 +451,34 @@ def test_cache_policy(tmp_path: Path, monkeypatch: Any) -> None:
     assert status == "skipped" and "more than the 10" in detail
 
 
+def test_cpu_tier(tmp_path: Path) -> None:
+    # Four prompts of two hit-eligible blocks in turn through 6 usable GPU blocks: LRU keeps
+    # nothing. A tier of 2x the pool (12 blocks) holds all 8 of their blocks: the 28 requests
+    # after the first round load 2 blocks each, 224 of 288 prompt tokens.
+    thrashing = run_of(tmp_path, "thrashing", cyclic_rows(4, 8), num_blocks=7)
+    status, (suggestion,), _ = judge(thrashing, "cpu-tier")
+    assert status == "fired"
+    assert suggestion.figures["lru_token_hit_ratio"] == 0
+    assert suggestion.figures["tier_blocks"] == 12
+    assert suggestion.figures["policy"] == "lru"
+    assert suggestion.figures["tier_hit_blocks"] == 56
+    assert suggestion.figures["tier_token_hit_ratio"] == pytest.approx(224 / 288)
+    assert suggestion.figures["transfer_s"] < suggestion.figures["compute_s"]
+    assert "--kv-offloading-size 0.0 --kv-offloading-backend native" in suggestion.action
+    # Over a link this slow, moving the blocks back costs more than computing them.
+    with RunFile.open(thrashing) as run_file:
+        context = RunContext(run_file, thrashing, pcie_gb_per_s=0.001)
+        advice = advise(context, tuple(entry for entry in RULES if entry[0] == "cpu-tier"))
+    (check,) = advice.checks
+    assert check.status == "silent"
+    assert "takes" in check.detail and "GPU-seconds of prefill they save" in check.detail
+    # With room for every prompt, the GPU pool misses nothing a tier could hold.
+    roomy = run_of(tmp_path, "roomy", cyclic_rows(4, 8), num_blocks=40)
+    status, _, detail = judge(roomy, "cpu-tier")
+    assert status == "silent"
+    assert detail.startswith("a CPU tier up to 4x the GPU pool wins at most 0.0 points")
+
+
 def test_every_rule_has_a_test_here() -> None:
     tested = {
         "low-free-blocks",
@@ -464,6 +492,7 @@ def test_every_rule_has_a_test_here() -> None:
         "lora-split",
         "warm-prefix",
         "cache-policy",
+        "cpu-tier",
     }
     assert {name for name, _ in RULES} == tested
 

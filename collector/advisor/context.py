@@ -20,6 +20,10 @@ from collector.queries.summary import RunSummary, run_summary
 from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile
 
+# What a CPU tier's loads move at, GB/s: PCIe 4.0 x16's 32 GB/s less protocol overhead (an
+# H100 on PCIe 5.0 reaches about twice it). Editable: `kvscope advise --pcie-gb-per-s`.
+PCIE_GB_PER_S = 25.0
+
 
 class RunContext:
     """One run file open for advice, with the KV spec its memory figures assume."""
@@ -33,6 +37,7 @@ class RunContext:
         whatif: dict[str, Any] | None = None,
         *,
         max_model_len: int | None = None,
+        pcie_gb_per_s: float = PCIE_GB_PER_S,
     ) -> None:
         self.run = run
         self.path = path
@@ -40,6 +45,7 @@ class RunContext:
         self.gpu = gpu
         self.whatif = whatif
         self.max_model_len = max_model_len  # the engine's --max-model-len, where known
+        self.pcie_gb_per_s = pcie_gb_per_s  # host <-> GPU bandwidth a CPU tier's loads take
         self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
 
     @cached_property

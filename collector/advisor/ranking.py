@@ -11,6 +11,7 @@ from collector.advisor import (
     block_size,
     cache_policy,
     cache_size,
+    cpu_tier,
     dynamic_field,
     hash_algo,
     lora,
@@ -41,6 +42,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("lora-split", lora.lora_split),
     ("warm-prefix", warming.warming),
     ("cache-policy", cache_policy.cache_policy),
+    ("cpu-tier", cpu_tier.cpu_tier),
 )
 
 

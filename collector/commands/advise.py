@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collector.advisor.context import PCIE_GB_PER_S
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
 
 
@@ -19,6 +20,13 @@ def register(commands: Any) -> None:
         "--whatif", type=Path, help="a `kvscope whatif` output folder to take the sweep from"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--pcie-gb-per-s",
+        type=float,
+        default=PCIE_GB_PER_S,
+        help=f"host-to-GPU bandwidth a CPU tier's loads take, GB/s ({PCIE_GB_PER_S:g}: PCIe 4.0 "
+        "x16 in practice)",
+    )
     add_kv_options(parser)
     parser.set_defaults(handler=_run_advise)
 
@@ -39,6 +47,7 @@ def _run_advise(args: argparse.Namespace) -> int:
             gpu_from(args),
             whatif,
             max_model_len=args.max_model_len,
+            pcie_gb_per_s=args.pcie_gb_per_s,
         )
         advice = advise(context)
         if args.json:

@@ -57,6 +57,7 @@ class PolicyResult:
     block_size: int
     pinned_blocks: int = 0
     tier_hit_blocks: int = 0
+    tier_hit_positions: int = 0  # the sum of the tier hits' positions in their prompts
 
     @property
     def token_hit_ratio(self) -> float:
@@ -130,7 +131,7 @@ def replay_policy(
     pins = _Pins(held_pins, pinned_keys, limit)
     heap: list[tuple[int, int, int, int]] = []  # (-next hit, -position, block, version)
     versions: dict[int, int] = {}
-    hits = tier_hits = 0
+    hits = tier_hits = tier_positions = 0
     for index, request in enumerate(stream):
         eligible = min((request.num_prompt_tokens - 1) // block_size, len(request.keys))
         used: list[int] = []
@@ -148,6 +149,7 @@ def replay_policy(
             tier.start(f"request-{index}")
             loaded = tier.load(request.keys[len(used) : eligible])
             tier_hits += loaded
+            tier_positions += loaded * len(used) + loaded * (loaded - 1) // 2
         new = [
             _allocate(pool, heap, versions, next_hits)
             for _ in range(request.num_blocks - len(used))
@@ -177,6 +179,7 @@ def replay_policy(
         block_size=block_size,
         pinned_blocks=len(held_pins),
         tier_hit_blocks=tier_hits,
+        tier_hit_positions=tier_positions,
     )
 
 

@@ -26,6 +26,7 @@ def _advice(
     whatif: str,
     *,
     max_model_len: int | None,
+    pcie_gb_per_s: float,
 ) -> dict[str, Any]:
     """The advice document and the what-if curves for one run and one set of assumptions."""
     from collector.advisor import RunContext, advise
@@ -42,6 +43,7 @@ def _advice(
         GpuMemory(*gpu) if gpu else None,
         read_results(Path(whatif)) if whatif else None,
         max_model_len=max_model_len,
+        pcie_gb_per_s=pcie_gb_per_s,
     )
     return {
         "document": to_document(advise(context), context),
@@ -49,12 +51,15 @@ def _advice(
     }
 
 
-def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int | None]:
-    """The KV spec, GPU, what-if folder and --max-model-len the figures assume; the user
-    can change each."""
+def _assumptions() -> tuple[
+    dict[str, Any], tuple[float, float] | None, str, int | None, float
+]:
+    """The KV spec, GPU, what-if folder, --max-model-len and PCIe bandwidth the figures
+    assume; the user can change each."""
+    from collector.advisor.context import PCIE_GB_PER_S
     from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS
 
-    with st.expander("Assumptions: model KV spec, GPU, what-if sweep", expanded=False):
+    with st.expander("Assumptions: model KV spec, GPU, what-if sweep, PCIe", expanded=False):
         first, second, third = st.columns(3)
         model = first.selectbox(
             "Model (KV spec)",
@@ -92,21 +97,35 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int
             help="A suggested pool too small for one request this long is flagged: vLLM "
             "refuses to start with it",
         )
+        pcie = second.number_input(
+            "PCIe bandwidth, GB/s",
+            0.1,
+            1000.0,
+            PCIE_GB_PER_S,
+            key="advisor_pcie",
+            help="What a CPU tier's loads move at, host to GPU (25: PCIe 4.0 x16 in practice)",
+        )
     spec = {**asdict(MODELS[model]), "dtype": dtype, "tensor_parallel_size": int(parallel)}
     gpu = (float(gpu_gib), float(utilization)) if gpu_gib > 0 else None
-    return spec, gpu, whatif.strip(), int(max_model_len) or None
+    return spec, gpu, whatif.strip(), int(max_model_len) or None, float(pcie)
 
 
 def render() -> None:
     run, _ = controls.render()
     path = current_run()
     st.title("Advisor")
-    spec, gpu, whatif, max_model_len = _assumptions()
+    spec, gpu, whatif, max_model_len, pcie_gb_per_s = _assumptions()
     if whatif and not (Path(whatif) / "whatif.json").is_file():
         st.error(f"{whatif}: no whatif.json there; run `kvscope whatif ... --out {whatif}` first")
         whatif = ""
     result = _advice(
-        str(path), path.stat().st_mtime_ns, spec, gpu, whatif, max_model_len=max_model_len
+        str(path),
+        path.stat().st_mtime_ns,
+        spec,
+        gpu,
+        whatif,
+        max_model_len=max_model_len,
+        pcie_gb_per_s=pcie_gb_per_s,
     )
     document = result["document"]
     suggestions = document["suggestions"]

@@ -1,0 +1,170 @@
+"""A CPU offload tier: what one would catch of what the GPU pool evicts, and whether moving
+it back over PCIe beats computing it again.
+
+The run's block stream is replayed one request at a time (collector/model/policies.py) at
+its pool size, with vLLM's own CPU offloading manager behind it (collector/replay/cpu_tier.py)
+at TIER_SIZES times the pool, under each of its policies. A tier hit saves the prefill of
+its block (priced as the ROI page prices a hit: collector/model/cost.py) and costs its KV
+bytes over PCIe at `RunContext.pcie_gb_per_s`. The rule recommends the smallest size that
+wins at least NEAR_BEST of what the largest wins, and fires only when that is at least
+MIN_TIER_GAIN of token hit ratio and the transfer costs less time than the compute it saves.
+"""
+
+from __future__ import annotations
+
+from collector.advisor.context import RunContext
+from collector.advisor.suggestion import (
+    NotApplicable,
+    NothingToWin,
+    Suggestion,
+    severity_for_gain,
+)
+from collector.model.cost import CostModel
+from collector.model.kv_memory import gib_for_blocks
+from collector.model.policies import PolicyResult, replay_policy
+from collector.replay.cpu_tier import TIER_POLICIES, CpuTier
+
+TIER_SIZES = (1, 2, 4)  # times the GPU pool
+MIN_TIER_GAIN = 0.02  # of token hit ratio: 2 points
+NEAR_BEST = 0.9  # the smallest size that wins this share of the largest's gain
+ARC_MARGIN = 0.01  # ARC is recommended over vLLM's default LRU only 1 point ahead or more
+MAX_BLOCK_REFERENCES = 2_000_000  # six replays of this many take about a minute here
+
+
+def cpu_tier(context: RunContext) -> list[Suggestion]:
+    """One suggestion when a CPU tier wins MIN_TIER_GAIN or more and pays for its transfers."""
+    stream, block_size, num_blocks = context.block_stream, context.block_size, context.num_blocks
+    references = sum(len(request.keys) for request in stream)
+    if references > MAX_BLOCK_REFERENCES:
+        raise NotApplicable(
+            f"the run has {references:,} block references, more than the "
+            f"{MAX_BLOCK_REFERENCES:,} its tier replays take in a minute"
+        )
+    try:
+        lru = replay_policy(stream, block_size, num_blocks, "lru")
+        tiers = {
+            (size, policy): replay_policy(
+                stream,
+                block_size,
+                num_blocks,
+                "lru",
+                tier=CpuTier(size * (num_blocks - 1), policy),
+            )
+            for size in TIER_SIZES
+            for policy in TIER_POLICIES
+        }
+    except ValueError as error:
+        raise NotApplicable(f"the tier replay cannot hold this run: {error}") from None
+    best_gain = max(result.tier_hit_blocks for result in tiers.values())
+    size = next(
+        size
+        for size in TIER_SIZES
+        if max(tiers[size, policy].tier_hit_blocks for policy in TIER_POLICIES)
+        >= NEAR_BEST * best_gain
+    )
+    arc, plain = tiers[size, "arc"], tiers[size, "lru"]
+    arc_ahead = arc.token_hit_ratio - plain.token_hit_ratio >= ARC_MARGIN
+    chosen = arc if arc_ahead else plain
+    policy = "arc" if arc_ahead else "lru"
+    gain = chosen.token_hit_ratio - lru.token_hit_ratio
+    price = TierPrice(context, chosen)
+    lines = _size_lines(tiers)
+    if gain < MIN_TIER_GAIN:
+        raise NothingToWin(
+            f"a CPU tier up to {TIER_SIZES[-1]}x the GPU pool wins at most "
+            f"{(max(r.token_hit_ratio for r in tiers.values()) - lru.token_hit_ratio) * 100:.1f} "
+            f"points of token hit ratio (under {MIN_TIER_GAIN * 100:.0f}): what the GPU pool "
+            "evicts is rarely asked for again"
+        )
+    if price.transfer_s >= price.compute_s:
+        raise NothingToWin(
+            f"a CPU tier of {size}x the GPU pool would win {gain * 100:.1f} points, but moving "
+            f"its hits back at {context.pcie_gb_per_s:g} GB/s takes {price.transfer_s:.1f} s "
+            f"against the {price.compute_s:.1f} GPU-seconds of prefill they save"
+        )
+    tier_blocks = size * (num_blocks - 1)
+    tier_gib = gib_for_blocks(context.spec, block_size, tier_blocks)
+    total_gib = tier_gib * context.spec.tensor_parallel_size
+    measured = context.summary["tier_hit_tokens"]
+    evidence = [
+        f"vLLM's LRU alone at the run's {num_blocks:,} blocks: {lru.token_hit_ratio:.1%} "
+        "token hit ratio, one request at a time",
+        *lines,
+        f"{chosen.tier_hit_blocks:,} blocks loaded back ({price.gigabytes:.2f} GB over PCIe at "
+        f"{context.pcie_gb_per_s:g} GB/s: {price.transfer_s:.2f} s) save "
+        f"{price.compute_s:.2f} GPU-seconds of prefill ({price.model.compute_assumptions()})",
+    ]
+    if measured:
+        evidence.append(
+            f"this run has a tier already: it served {measured:,} prompt tokens "
+            f"({context.summary['tier_token_hit_ratio']:.1%})"
+        )
+    arc_config = (
+        ' --kv-transfer-config \'{"kv_connector": "OffloadingConnector", "kv_role": '
+        '"kv_both", "kv_connector_extra_config": {"eviction_policy": "arc"}}\''
+        if arc_ahead
+        else ""
+    )
+    return [
+        Suggestion(
+            rule="cpu-tier",
+            title=f"A CPU tier of {tier_gib:.1f} GiB ({policy.upper()}) would win "
+            f"{gain * 100:.1f} points",
+            severity=severity_for_gain(gain),
+            evidence=evidence,
+            effect=(
+                f"token hit ratio {lru.token_hit_ratio:.1%} -> {chosen.token_hit_ratio:.1%} "
+                f"(+{gain * 100:.1f} points from the tier); net "
+                f"{price.compute_s - price.transfer_s:.2f} s of GPU time over this run, "
+                f"{price.net_ttft_ms:.1f} ms of TTFT per request on average (the transfer "
+                "counted in full, not overlapped)"
+            ),
+            action=(
+                f"vllm serve ... --kv-offloading-size {total_gib:.1f} "
+                f"--kv-offloading-backend native{arc_config} "
+                f"({tier_blocks:,} blocks of {block_size} tokens, "
+                f"{context.spec.describe()}; the size is summed over tensor-parallel ranks)"
+            ),
+            gain_tokens=gain * context.prompt_tokens,
+            figures={
+                "tier_blocks": tier_blocks,
+                "tier_gib": tier_gib,
+                "policy": policy,
+                "lru_token_hit_ratio": lru.token_hit_ratio,
+                "tier_token_hit_ratio": chosen.token_hit_ratio,
+                "tier_hit_blocks": chosen.tier_hit_blocks,
+                "transfer_s": price.transfer_s,
+                "compute_s": price.compute_s,
+                "pcie_gb_per_s": context.pcie_gb_per_s,
+            },
+        )
+    ]
+
+
+class TierPrice:
+    """What a tier's hits move over PCIe and the prefill they save."""
+
+    def __init__(self, context: RunContext, result: PolicyResult) -> None:
+        self.model = CostModel()
+        block_size = context.block_size
+        bytes_moved = result.tier_hit_blocks * context.spec.bytes_per_block(block_size)
+        self.gigabytes = bytes_moved / 1e9
+        self.transfer_s = self.gigabytes / context.pcie_gb_per_s
+        flops = self.model.block_flops(
+            float(result.tier_hit_blocks), float(result.tier_hit_positions), block_size
+        )
+        self.compute_s = float(self.model.gpu_seconds(flops))
+        requests = max(context.summary["requests"], 1)
+        self.net_ttft_ms = (self.compute_s - self.transfer_s) / requests * 1000
+
+
+def _size_lines(tiers: dict[tuple[int, str], PolicyResult]) -> list[str]:
+    """One evidence line per tier size: the hit ratio under each of the tier's policies."""
+    lines = []
+    for size in TIER_SIZES:
+        ratios = ", ".join(
+            f"{policy.upper()} {tiers[size, policy].token_hit_ratio:.1%}"
+            for policy in TIER_POLICIES
+        )
+        lines.append(f"with a CPU tier of {size}x the GPU pool: {ratios}")
+    return lines
