@@ -4,13 +4,15 @@
 # that tokenizer's name, so the app shows prompts as text), the
 # same trace replayed with block size 32 in the same memory (for the Compare runs page), and
 # as a hybrid model of gpt-oss's shape would hold it (full and 128-token sliding-window
-# groups, for the KV cache groups page); the last two without token ids, to keep them small.
+# groups, for the KV cache groups page), and with a CPU tier of twice the GPU pool behind it
+# (vLLM's own offloading manager, for the tier's pages); the last three without token ids, to
+# keep them small.
 # The tenants are synthetic, so their names are kept (--reveal-tenants); the fixed key makes
 # the salt pseudonyms the same on every machine.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 rm -f "$here/trace.jsonl.gz" "$here/run.duckdb" "$here/run_block32.duckdb" \
-    "$here/run_hybrid.duckdb"
+    "$here/run_hybrid.duckdb" "$here/run_tier.duckdb"
 kvscope generate --out "$here/trace.jsonl.gz" --seed 7
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" --out "$here/run.duckdb" \
     --block-size 16 --num-blocks 1200 --timing timestamps --max-num-seqs 32 \
@@ -23,4 +25,8 @@ KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
     --out "$here/run_hybrid.duckdb" --kv-layout gpt-oss \
     --block-size 16 --num-blocks 1500 --timing timestamps --max-num-seqs 32 \
+    --reveal-tenants --check-collisions --quiet --json
+KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
+    --out "$here/run_tier.duckdb" --cpu-tier-blocks 2400 \
+    --block-size 16 --num-blocks 1200 --timing timestamps --max-num-seqs 32 \
     --reveal-tenants --check-collisions --quiet --json

@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
-from collector.commands.replay_options import add_format_option, add_layout_option
+from collector.commands.replay_options import (
+    add_format_option,
+    add_layout_option,
+    add_tier_options,
+)
 from collector.queries.config import run_config
 
 
@@ -59,6 +63,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tier_options(parser, many=True)
     add_kv_options(parser)
     parser.set_defaults(handler=_run_whatif)
 
@@ -80,6 +85,9 @@ def _run_whatif(args: argparse.Namespace) -> int:
         num_blocks=args.num_blocks or ([] if args.kv_gib else [defaults["num_blocks"]]),
         kv_gib=args.kv_gib or [],
         spec=spec,
+        tiers=[
+            (blocks, policy) for blocks in args.cpu_tier_blocks for policy in args.cpu_tier_policy
+        ],
     )
     with tqdm(total=len(points), unit="replay", disable=True if args.quiet else None) as bar:
         results = run_sweep(
@@ -156,7 +164,7 @@ def _print_table(
     print(f"KV memory for {spec.describe()}")
     print(
         f"{'block':>5} {'blocks':>8} {'GiB':>7} {'seqs':>5} {'token hit':>9} {'block hit':>9} "
-        f"{'evictions':>10} {'preempt':>7}  settings"
+        f"{'evictions':>10} {'preempt':>7} {'CPU tier':>12} {'tier hit':>8}  settings"
     )
     for row in results:
         settings = [
@@ -173,18 +181,23 @@ def _print_table(
         print(
             f"{row['block_size']:>5} {row['num_blocks']:>8,} {row['kv_gib']:>7.2f} "
             f"{row['max_num_seqs']:>5} {row['token_hit_ratio']:>9.2%} "
-            f"{row['block_hit_ratio']:>9.2%} {row['evictions']:>10,} {row['preemptions']:>7,}  "
-            + " ".join(settings)
+            f"{row['block_hit_ratio']:>9.2%} {row['evictions']:>10,} {row['preemptions']:>7,} "
+            f"{_tier(row):>12} {row['tier_token_hit_ratio']:>8.2%}  " + " ".join(settings)
         )
     _print_memory_steps(results)
 
 
+def _tier(row: dict[str, Any]) -> str:
+    blocks = row["cpu_tier_blocks"]
+    return f"{blocks:,} {row['cpu_tier_policy']}" if blocks else "none"
+
+
 def _print_memory_steps(results: list[dict[str, Any]]) -> None:
-    """For each block size and concurrency: what each step up in memory buys."""
-    previous: dict[tuple[int, int], dict[str, Any]] = {}
+    """For each block size, concurrency and CPU tier: what each step up in memory buys."""
+    previous: dict[tuple[int, int, str], dict[str, Any]] = {}
     lines = []
     for row in results:
-        key = (row["block_size"], row["max_num_seqs"])
+        key = (row["block_size"], row["max_num_seqs"], _tier(row))
         if key in previous:
             before = previous[key]
             lines.append(

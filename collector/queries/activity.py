@@ -16,6 +16,7 @@ _SUMMED = (
     "requests",
     "prompt_tokens",
     "hit_tokens",
+    "tier_hit_tokens",
     "hit_tokens_squared",
     "prompt_tokens_squared",
     "prompt_blocks",
@@ -31,9 +32,11 @@ _SUMMED = (
 
 
 class WindowFigures(HeadlineFigures):
-    """The headline figures counted inside a window, and the sums of squared hit and prompt
-    tokens the ROI's attention term needs."""
+    """The headline figures counted inside a window, the tokens an offload tier supplied
+    beyond the GPU hits, and the sums of squared hit and prompt tokens the ROI's attention
+    term needs."""
 
+    tier_hit_tokens: int
     hit_tokens_squared: int
     prompt_tokens_squared: int
 

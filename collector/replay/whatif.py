@@ -35,10 +35,13 @@ class SweepPoint:
     block_size: int
     num_blocks: int
     max_num_seqs: int
+    cpu_tier_blocks: int = 0
+    cpu_tier_policy: str = "lru"
 
     @property
     def run_name(self) -> str:
-        return f"bs{self.block_size}-blocks{self.num_blocks}-seqs{self.max_num_seqs}.duckdb"
+        tier = f"-tier{self.cpu_tier_blocks}{self.cpu_tier_policy}" * (self.cpu_tier_blocks > 0)
+        return f"bs{self.block_size}-blocks{self.num_blocks}-seqs{self.max_num_seqs}{tier}.duckdb"
 
 
 @dataclass(frozen=True)
@@ -70,20 +73,28 @@ class Source:
 def sweep_points(
     block_sizes: Iterable[int],
     max_num_seqs: Iterable[int],
+    *,
     num_blocks: Iterable[int] = (),
     kv_gib: Iterable[float] = (),
     spec: KVSpec | None = None,
+    tiers: Iterable[tuple[int, str]] = ((0, "lru"),),
 ) -> list[SweepPoint]:
     """Every combination; pool sizes given as blocks, or as GiB of KV cache (per block size,
-    through the model's KV spec, so every block size gets the same memory)."""
+    through the model's KV spec, so every block size gets the same memory); CPU tiers as
+    (blocks, policy), (0, ...) for none."""
     from collector.model.kv_memory import blocks_for_gib
 
     points = []
+    tier_choices = sorted({(blocks, policy if blocks else "lru") for blocks, policy in tiers})
     for block_size, seqs in product(block_sizes, max_num_seqs):
         sizes = list(num_blocks)
         if spec is not None:
             sizes += [blocks_for_gib(spec, block_size, gib) for gib in kv_gib]
-        points += [SweepPoint(block_size, size, seqs) for size in sorted(set(sizes))]
+        points += [
+            SweepPoint(block_size, size, seqs, *tier)
+            for size in sorted(set(sizes))
+            for tier in tier_choices
+        ]
     return points
 
 
@@ -137,6 +148,8 @@ _FIGURES = (
     "evictions",
     "preemptions",
     "requests",
+    "tier_hit_tokens",
+    "tier_token_hit_ratio",
 )
 
 
@@ -183,13 +196,28 @@ def run_sweep(
         for path in out_paths:
             path.unlink(missing_ok=True)
         raise
-    results.sort(key=lambda row: (row["block_size"], row["max_num_seqs"], row["num_blocks"]))
+    results.sort(
+        key=lambda row: (
+            row["block_size"],
+            row["max_num_seqs"],
+            row["num_blocks"],
+            row["cpu_tier_blocks"],
+            row["cpu_tier_policy"],
+        )
+    )
     return results
 
 
 def _options(base: ReplayOptions, point: SweepPoint) -> ReplayOptions:
     settings = replace(base.settings, block_size=point.block_size, num_blocks=point.num_blocks)
-    return replace(base, settings=settings, max_num_seqs=point.max_num_seqs, limit=None)
+    return replace(
+        base,
+        settings=settings,
+        max_num_seqs=point.max_num_seqs,
+        limit=None,
+        cpu_tier_blocks=point.cpu_tier_blocks,
+        cpu_tier_policy=point.cpu_tier_policy,
+    )
 
 
 def write_results(

@@ -80,6 +80,8 @@ WITH event_buckets AS (
         sum(num_prompt_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted)
             AS prompt_tokens,
         sum(num_hit_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_tokens,
+        sum(num_tier_hit_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted)
+            AS tier_hit_tokens,
         sum((num_prompt_tokens + runs.block_size - 1) // runs.block_size)
             FILTER (WHERE kind = 'lookup' AND NOT preempted) AS prompt_blocks,
         sum(num_hit_blocks) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS hit_blocks,
@@ -118,6 +120,7 @@ SELECT
     coalesce(requests, 0) AS requests,
     CAST(coalesce(prompt_tokens, 0) AS BIGINT) AS prompt_tokens,
     CAST(coalesce(hit_tokens, 0) AS BIGINT) AS hit_tokens,
+    CAST(coalesce(tier_hit_tokens, 0) AS BIGINT) AS tier_hit_tokens,
     CAST(coalesce(prompt_blocks, 0) AS BIGINT) AS prompt_blocks,
     CAST(coalesce(hit_blocks, 0) AS BIGINT) AS hit_blocks,
     CAST(coalesce(hit_tokens_squared, 0) AS BIGINT) AS hit_tokens_squared,

@@ -51,9 +51,7 @@ def _advice(
     }
 
 
-def _assumptions() -> tuple[
-    dict[str, Any], tuple[float, float] | None, str, int | None, float
-]:
+def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int | None, float]:
     """The KV spec, GPU, what-if folder, --max-model-len and PCIe bandwidth the figures
     assume; the user can change each."""
     from collector.advisor.context import PCIE_GB_PER_S

@@ -16,6 +16,7 @@ from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
 from collector.queries.config import RunRow, describe_source, run_config
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
+from collector.queries.summary import hit_ratio
 from collector.store.run_file import RunFile
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
@@ -70,6 +71,8 @@ def _metrics(figures: WindowFigures, pool: FreeBlockExtremes) -> None:
         },
         {"Tokens saved": "prompt tokens served from the prefix cache instead of recomputed"},
     )
+    if figures["tier_hit_tokens"]:
+        _tier_metrics(figures)
     usable = pool["usable_blocks"]
     low = f"Time under {LOW_FREE_FRACTION * 100:.0f} % free"
     metric_row(
@@ -103,6 +106,31 @@ def _metrics(figures: WindowFigures, pool: FreeBlockExtremes) -> None:
             "Dropped events": (
                 f"records lost by the capture buffer, of {figures['events']:,} recorded"
             ),
+        },
+    )
+
+
+def _tier_metrics(figures: WindowFigures) -> None:
+    """GPU-pool hits and an offload tier's apart (a run with a CPU tier: replayed with one,
+    or captured from an engine whose KV connector loaded blocks)."""
+    prompt_tokens = figures["prompt_tokens"]
+    tier_tokens = figures["tier_hit_tokens"]
+    metric_row(
+        {
+            "GPU-pool hits (tokens)": f"{figures['token_hit_ratio']:.1%}",
+            "CPU-tier hits (tokens)": f"{hit_ratio(tier_tokens, prompt_tokens):.1%}",
+            "Not recomputed, both": (
+                f"{hit_ratio(figures['hit_tokens'] + tier_tokens, prompt_tokens):.1%}"
+            ),
+            "Tokens loaded from the tier": f"{tier_tokens:,}",
+        },
+        {
+            "GPU-pool hits (tokens)": "vLLM's prefix cache hit ratio: the hit ratios above",
+            "CPU-tier hits (tokens)": (
+                "prompt tokens after the GPU hit that the KV connector loaded back from the "
+                "offload tier instead of computing them"
+            ),
+            "Not recomputed, both": "GPU-pool hits and tier hits together",
         },
     )
 
