@@ -47,14 +47,23 @@ def make_scheduler(
     mamba_checkpoints: bool = False,
     kv_events: bool = False,
     max_num_batched_tokens: int = 4096,
+    cpu_tier_blocks: int = 0,
 ) -> Any:
     """vLLM's own Scheduler for a tiny Llama config: one full-attention KV cache group, and
     with `mamba` a Mamba group beside it cached as vLLM caches one ("align" mode, block-aligned
     prefill chunks), as in a Qwen3-Next-like hybrid; with `mamba_checkpoints` its states are
     exported inside a chunk instead, as vLLM's Mamba 2 layers do (a prefill checkpoint block);
-    `kv_events` turns on vLLM's KV events."""
+    `kv_events` turns on vLLM's KV events; `cpu_tier_blocks` adds vLLM's native CPU offloading
+    (its OffloadingConnector, scheduler side) with room for that many blocks."""
     import torch
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
     from vllm.config.kv_events import KVEventsConfig
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import (
@@ -82,15 +91,22 @@ def make_scheduler(
         mamba_cache_mode="align" if mamba else "none",
     )
     cache.num_gpu_blocks = num_blocks
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=2, head_size=16, dtype=torch.float16
+    )
+    # What `--kv-offloading-size` sets up, in bytes of this spec's blocks.
+    offloading = KVTransferConfig(
+        kv_connector="OffloadingConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"cpu_bytes_to_use": cpu_tier_blocks * spec.page_size_bytes},
+    )
     vllm_config = VllmConfig(
         model_config=model,
         scheduler_config=scheduler_config,
         cache_config=cache,
         device_config=DeviceConfig(device="cpu"),
         kv_events_config=KVEventsConfig(enable_kv_cache_events=kv_events, publisher="null"),
-    )
-    spec = FullAttentionSpec(
-        block_size=block_size, num_kv_heads=2, head_size=16, dtype=torch.float16
+        kv_transfer_config=offloading if cpu_tier_blocks else None,
     )
     groups = [KVCacheGroupSpec(["model.layers.0.self_attn"], spec)]
     if mamba:

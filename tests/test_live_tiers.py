@@ -1,0 +1,61 @@
+"""Tier hits in a live engine: kvscope's hooks inside vLLM's real Scheduler with vLLM's own
+CPU offloading (its OffloadingConnector, as `--kv-offloading-size` sets it up) record the
+tokens the connector loads back, and kvscope's replay with a tier of the same size predicts
+them request by request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.store.run_file import RunFile
+from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+from engine_hooks.events import Lookup
+from tests.support.block_manager import tiny_run
+from tests.support.engine import make_scheduler
+from tests.support.offloading import drive_with_tier
+
+pytestmark = pytest.mark.vllm
+
+BLOCK_SIZE = 16
+
+
+def prompt(number: int) -> list[int]:
+    """49 tokens: 3 full blocks of 16 and one token more."""
+    return [number * 1_000 + token for token in range(1, 3 * BLOCK_SIZE + 2)]
+
+
+# Six prompts in turn, six rounds: 18 full blocks, more than the GPU pool's 15 usable ones
+# hold, so LRU never keeps a prompt until its turn comes again; a CPU tier of 128 blocks
+# keeps them all.
+PROMPTS = [prompt(number % 6) for number in range(36)]
+EXPECTED = {f"r{index}": (0, 0 if index < 6 else 3 * BLOCK_SIZE) for index in range(36)}
+
+
+def test_the_hooks_record_what_vllms_offloading_connector_loads(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, 16, 8, cpu_tier_blocks=128)
+    buffer = EventBuffer()
+    hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
+    hooks.attach()
+    drive_with_tier(scheduler, PROMPTS, output_length=2)
+    lookups = {
+        record.request_id: (record.num_hit_tokens, record.num_tier_hit_tokens)
+        for record in buffer.take()
+        if isinstance(record, Lookup)
+    }
+    # No GPU hit ever; every request after the first round loads its 3 full blocks back.
+    assert lookups == EXPECTED
+
+
+def test_a_replay_with_a_tier_predicts_each_requests_tier_hits(tmp_path: Path) -> None:
+    rows = [
+        {"request_id": f"r{index}", "timestamp": index, "token_ids": tokens, "output_length": 2}
+        for index, tokens in enumerate(PROMPTS)
+    ]
+    run = tiny_run(tmp_path, rows, block_size=BLOCK_SIZE, num_blocks=16, cpu_tier_blocks=128)
+    with RunFile.open(run) as store:
+        replayed = store.rows(
+            "SELECT request_id, num_hit_tokens, num_tier_hit_tokens FROM requests"
+        )
+    assert {row[0]: (row[1], row[2]) for row in replayed} == EXPECTED
