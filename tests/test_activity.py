@@ -24,6 +24,7 @@ def test_window_figures(run_file: RunFile) -> None:
         "requests": 2,
         "prompt_tokens": 20,
         "hit_tokens": 12,
+        "tier_hit_tokens": 0,
         "hit_tokens_squared": 80,
         "prompt_tokens_squared": 12**2 + 8**2,
         "prompt_blocks": 5,

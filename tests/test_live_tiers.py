@@ -13,7 +13,7 @@ from collector.store.run_file import RunFile
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Lookup
 from tests.support.block_manager import tiny_run
-from tests.support.engine import make_scheduler
+from tests.support.engine import make_scheduler, workload
 from tests.support.offloading import drive_with_tier
 
 pytestmark = pytest.mark.vllm
@@ -59,3 +59,31 @@ def test_a_replay_with_a_tier_predicts_each_requests_tier_hits(tmp_path: Path) -
             "SELECT request_id, num_hit_tokens, num_tier_hit_tokens FROM requests"
         )
     assert {row[0]: (row[1], row[2]) for row in replayed} == EXPECTED
+
+
+def test_the_replay_agrees_with_vllms_connector_on_a_mixed_workload(tmp_path: Path) -> None:
+    # 200 requests of the generated workload (system prompts, RAG documents, chats, reports),
+    # one at a time, 199 usable GPU blocks, a tier that never has to drop a block: every
+    # request's GPU hit and tier hit are the engine's.
+    prompts = [row["token_ids"] for row in workload()[:200]]
+    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, 200, 1, cpu_tier_blocks=2_000)
+    buffer = EventBuffer()
+    hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
+    hooks.attach()
+    drive_with_tier(scheduler, prompts, output_length=2, one_at_a_time=True)
+    live = {
+        record.request_id: (record.num_hit_tokens, record.num_tier_hit_tokens)
+        for record in buffer.take()
+        if isinstance(record, Lookup) and not record.preempted
+    }
+    rows = [
+        {"request_id": f"r{index}", "timestamp": index, "token_ids": tokens, "output_length": 2}
+        for index, tokens in enumerate(prompts)
+    ]
+    run = tiny_run(tmp_path, rows, block_size=BLOCK_SIZE, num_blocks=200, cpu_tier_blocks=2_000)
+    with RunFile.open(run) as store:
+        replayed = store.rows(
+            "SELECT request_id, num_hit_tokens, num_tier_hit_tokens FROM requests"
+        )
+    assert {row[0]: (row[1], row[2]) for row in replayed} == live
+    assert sum(tier for _, tier in live.values()) > 0

@@ -22,6 +22,7 @@ from collector.advisor.suggestion import (
 from collector.model.cost import CostModel
 from collector.model.kv_memory import gib_for_blocks
 from collector.model.policies import PolicyResult, replay_policy
+from collector.replay.block_manager import VllmUnavailable
 from collector.replay.cpu_tier import TIER_POLICIES, CpuTier
 
 TIER_SIZES = (1, 2, 4)  # times the GPU pool
@@ -55,6 +56,11 @@ def cpu_tier(context: RunContext) -> list[Suggestion]:
         }
     except ValueError as error:
         raise NotApplicable(f"the tier replay cannot hold this run: {error}") from None
+    except VllmUnavailable:
+        raise NotApplicable(
+            "it replays through vLLM's own CPU offloading manager, and this environment has "
+            "no vLLM kvscope supports"
+        ) from None
     best_gain = max(result.tier_hit_blocks for result in tiers.values())
     size = next(
         size

@@ -34,7 +34,7 @@ NEVER = 1 << 62  # a next use past the stream's end
 class Tier(Protocol):
     """A slower tier behind the GPU pool (`collector/replay/cpu_tier.py`): per request,
     `start`, `load` the blocks after the GPU hits (returns how many it held from the first
-    on), `store` the blocks the request computed, `finish`."""
+    on), `store` (offer) the prompt's full blocks, `finish`."""
 
     def start(self, request_id: str) -> None: ...
 
@@ -114,8 +114,8 @@ def replay_policy(
     - "admit": LRU, but blocks whose keys are in `not_admitted` go back empty;
     - "min": Belady's.
     With a `tier`, blocks after the GPU hits that the tier holds are loaded back (they count
-    as `tier_hit_blocks`), and the prompt's full blocks the request computed are offered to
-    it."""
+    as `tier_hit_blocks`), and the prompt's full blocks are offered to it (as vLLM's
+    connector offers them: from the first, GPU hits too; it stores those it does not hold)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {POLICIES}")
     pool = _Pool(num_blocks - 1)
@@ -158,7 +158,7 @@ def replay_policy(
         _free(pool, request, blocks, pins, dropped)
         if tier is not None:
             full_prompt = min(request.num_prompt_tokens // block_size, len(request.keys))
-            tier.store(request.keys[len(used) + loaded : full_prompt])
+            tier.store(request.keys[:full_prompt])
             tier.finish()
         if next_hits is not None:
             for offset, key in enumerate(request.keys):

@@ -3,8 +3,10 @@
 
 Per request, one at a time: after the GPU prefix hits, the connector looks the next blocks up
 in the tier one by one until a miss (those are loaded back instead of computed), and offers
-the tier the prompt's full blocks the request computed (vLLM's default offloads prompts
-only; prefix hits, GPU or tier, are not offered again). Loads and stores complete at once:
+the tier the prompt's full blocks from the first (vLLM's default offloads prompts only; the
+tier stores those it does not hold, and keeps the offered ones from eviction while it makes
+room). `tests/test_live_tiers.py` checks this against vLLM's own connector in its real
+Scheduler. Loads and stores complete at once:
 the transfer itself (the GPU worker's copy) is not modelled, only what is cached where. The
 tier's policy is the manager's own: "lru" or "arc".
 """
@@ -86,7 +88,7 @@ class CpuTier:
         return found
 
     def store(self, keys: Sequence[Hashable]) -> None:
-        """Offer the tier the blocks the request computed."""
+        """Offer the tier the prompt's full blocks."""
         if not keys:
             return
         offload_keys = [self._key(key) for key in keys]

@@ -21,7 +21,7 @@ With a CPU tier (`collector/replay/cpu_tier.py`), admission calls it as vLLM's o
 connector does: after the GPU hit, the tier is looked up block by block; the blocks it holds
 from there on are passed to `allocate_slots` as the connector's external tokens and loaded
 back once the slots are had (so the prefill computes only the rest), and the prompt's full
-blocks the request computes are offered to the tier.
+blocks are offered to the tier (it stores those it does not hold).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from engine_hooks.hooks import KVCacheHooks
 
 if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
     from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_utils import BlockHash
     from vllm.v1.request import Request
 
     from collector.replay.block_manager import BlockHasher
@@ -143,7 +144,10 @@ class Simulator:
             return None
         if self.tier:
             self.tier.load(tier_keys[:num_tier_blocks])
-            self.tier.store(tier_keys[num_tier_blocks:])
+            # The connector offers the tier the prompt's full blocks from the first on (GPU
+            # hits too: it holds what it holds, and takes the rest).
+            num_full = request.num_prompt_tokens // self.manager.block_pool.hash_block_size
+            self.tier.store(request.block_hashes[:num_full])
             self.tier.finish()
         self.manager.record_prefix_cache_stats(request, num_hit_tokens)
         request.status = RequestStatus.RUNNING
@@ -152,10 +156,9 @@ class Simulator:
             self.hooks.on_schedule(request)
         return int(num_new_tokens)
 
-    def _look_up_tier(self, request: Request, num_hit_tokens: int) -> tuple[list[bytes], int]:
-        """The prompt's full blocks after the GPU hit (those the tier may hold, then those
-        the request computes and offers it), and how many of them, from the first, the tier
-        holds: up to the block before the last token, as a GPU hit goes."""
+    def _look_up_tier(self, request: Request, num_hit_tokens: int) -> tuple[list[BlockHash], int]:
+        """The prompt's full blocks after the GPU hit, and how many of them, from the first,
+        the tier holds: up to the block before the last token, as a GPU hit goes."""
         if self.tier is None:
             return [], 0
         self.tier.start(request.request_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -94,11 +95,13 @@ def make_scheduler(
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=2, head_size=16, dtype=torch.float16
     )
-    # What `--kv-offloading-size` sets up, in bytes of this spec's blocks.
+    # What `--kv-offloading-size` sets up, in bytes of this spec's blocks (vLLM rounds each
+    # up to whole memory pages: this tiny model's are smaller than one).
+    page_bytes = -(-spec.page_size_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
     offloading = KVTransferConfig(
         kv_connector="OffloadingConnector",
         kv_role="kv_both",
-        kv_connector_extra_config={"cpu_bytes_to_use": cpu_tier_blocks * spec.page_size_bytes},
+        kv_connector_extra_config={"cpu_bytes_to_use": cpu_tier_blocks * page_bytes},
     )
     vllm_config = VllmConfig(
         model_config=model,

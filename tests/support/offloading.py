@@ -9,9 +9,12 @@ import time
 from typing import Any
 
 
-def drive_with_tier(scheduler: Any, prompts: list[list[int]], output_length: int) -> int:
-    """Add one request per step, run every step with the worker's transfer reports, until
-    all finish; returns the steps taken."""
+def drive_with_tier(
+    scheduler: Any, prompts: list[list[int]], output_length: int, one_at_a_time: bool = False
+) -> int:
+    """Add one request per step (with `one_at_a_time`, only once the last has finished),
+    run every step with the worker's transfer reports, until all finish; returns the steps
+    taken."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
         OffloadingWorkerMetadata,
     )
@@ -29,7 +32,7 @@ def drive_with_tier(scheduler: Any, prompts: list[list[int]], output_length: int
     pending = list(enumerate(prompts))
     steps = 0
     while pending or scheduler.has_requests():
-        if pending:
+        if pending and not (one_at_a_time and scheduler.has_requests()):
             index, prompt = pending.pop(0)
             params = SamplingParams(max_tokens=output_length, ignore_eos=True)
             request = Request(
