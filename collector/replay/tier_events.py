@@ -33,7 +33,7 @@ class TierEvents:
             else BlockStored(block_hashes=list(hashes), block_size=self._block_size, medium=MEDIUM)
             for removed, hashes in moves
         ]
-        batch = KVEventBatch(ts=now_ns / 1e9, events=list(events))
+        batch = KVEventBatch(ts=now_ns / 1e9, events=list(events), data_parallel_rank=0)
         received = ReceivedBatch(ENDPOINT, epoch=0, seq=self._seq, batch=batch, replayed=False)
         append_vllm_batches(self._store, [received], [], self._detector)
         self._seq += 1

@@ -11,8 +11,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
-from collector.live.vllm_kv.wire import BlockStored, KVEventBatch, ReceivedBatch, WireEvent
+from collector.live.vllm_kv.wire import (
+    BlockStored,
+    KVEventBatch,
+    ReceivedBatch,
+    WireEvent,
+    decode_batch,
+)
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.store.run_file import RunConfig, RunStore
 
@@ -251,3 +259,13 @@ def stored(
         group_idx=group_idx,
         extra_keys=extra_keys,
     )
+
+
+def through_the_wire(vllm_batches: Sequence[Any], epoch: int = 0) -> list[ReceivedBatch]:
+    """vLLM's own KVEventBatch objects packed as vLLM's ZmqEventPublisher packs them and
+    decoded by kvscope's wire decoder: one stream's batches 0, 1, ..., as they arrive live."""
+    encoder = msgspec.msgpack.Encoder()  # vLLM's publisher: `self._pack.encode(event)`
+    return [
+        ReceivedBatch("ipc://test", epoch, seq, decode_batch(encoder.encode(batch)), False)
+        for seq, batch in enumerate(vllm_batches)
+    ]

@@ -1,8 +1,10 @@
 """vLLM's own KV events: what a run got from an unmodified engine, what was lost on the way,
-64-bit hash conflicts, and what these events cannot tell."""
+64-bit hash conflicts, the GPU pool and offload tiers apart when the run has tiers, and what
+these events cannot tell."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from collector.queries import vllm_kv as vllm_kv_queries
@@ -50,6 +52,26 @@ LIMITS = """
   was told to record them for hash conflicts.
 """
 
+TIER_LIMITS = """
+- **No tier hits.** vLLM's offloading connector (`--kv-offloading-size`) publishes which
+  blocks its tier stored (BlockStored) and evicted (BlockRemoved), with `medium` "CPU", not
+  which it loaded back. Tier hits (tokens loaded back from the tier) come from kvscope's
+  engine plugin, whose lookup records carry the tokens vLLM's KV connector supplied, or from
+  a replay with a tier (`kvscope replay --cpu-tier-blocks N`), not from KV events.
+- **Blocks held are counted from announcements.** vLLM announces a hash again for every
+  offloaded chunk that contains it (and the GPU pool for every block cached under it): a
+  block counts as held while its stores outnumber its removals, and "blocks stored" counts
+  each announcement. An AllBlocksCleared empties the GPU pool only; a reset that also resets
+  the KV connector (`reset_prefix_cache(reset_connector=True)`) empties the tier without an
+  event, so its count stays as it was.
+- **Placeholders by default.** Unless the connector's extra config sets
+  `"self_describing_kv_events": true` (`--kv-transfer-config '{"kv_connector_extra_config":
+  {"self_describing_kv_events": true}}'`), vLLM announces each offloaded chunk by one hash
+  (its last block's) and no tokens: the tier's counts are then chunks, and kvscope cannot
+  check them for hash conflicts. Self-describing ones carry no extra keys, so each medium is
+  checked apart from the others.
+"""
+
 RESENT_HELP = "batches that PUB/SUB lost and vLLM's replay socket sent again"
 
 
@@ -57,6 +79,7 @@ def render() -> None:
     run, _ = controls.render()  # vLLM's events are shown for the whole run
     summary = vllm_kv_queries.vllm_kv_summary(run)
     st.title("vLLM's KV events")
+    has_tiers = False
     if summary["batches"] == 0 and summary["gaps"] == 0:
         st.info(
             "This run has no vLLM KV events: it was recorded by kvscope itself (a replay "
@@ -64,13 +87,16 @@ def render() -> None:
         )
         st.markdown(HOW_TO_COLLECT)
     else:
-        render_received(run, summary)
+        media = vllm_kv_queries.vllm_kv_media(run)
+        has_tiers = bool((media["medium"] != vllm_kv_queries.MEDIUM_GPU).any())
+        render_received(run, summary, media if has_tiers else None)
     st.subheader("What vLLM's KV events cannot tell")
-    st.markdown(LIMITS)
+    st.markdown(LIMITS + TIER_LIMITS if has_tiers else LIMITS)
 
 
-def render_received(run: RunFile, summary: dict[str, int]) -> None:
-    """Counts, the activity chart, lost batches and hash conflicts of a run that has them."""
+def render_received(run: RunFile, summary: dict[str, int], media: pd.DataFrame | None) -> None:
+    """Counts, the activity chart, the GPU pool and offload tiers apart (`media`, when the run
+    has tiers), lost batches and hash conflicts of a run that has them."""
     metric_row(
         {
             "Batches received": f"{summary['batches']:,}",
@@ -94,8 +120,46 @@ def render_received(run: RunFile, summary: dict[str, int]) -> None:
     )
     activity = vllm_kv_queries.vllm_kv_activity(run)
     show_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), activity, key="vllm_kv_activity")
+    if media is not None:
+        render_tiers(run, media)
     render_gaps(run, summary)
     render_conflicts(run, summary)
+
+
+def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
+    """Per medium (GPU pool, CPU tier): blocks stored, removed and held at the end; blocks held
+    over time, and each tier's own stores and evictions."""
+    names = [vllm_kv_charts.medium_name(medium) for medium in media["medium"]]
+    occupancy = vllm_kv_queries.vllm_kv_tier_occupancy(run)
+    held_at_end = occupancy.groupby("medium")["blocks_held"].last().to_dict()
+    st.subheader(" and ".join(names))
+    for name, row in zip(names, media.itertuples(), strict=True):
+        metric_row(
+            {
+                f"{name}: blocks stored": f"{row.stored_blocks:,}",
+                f"{name}: blocks removed": f"{row.removed_blocks:,}",
+                f"{name}: blocks held at the end": f"{held_at_end[row.medium]:,}",
+            }
+        )
+    st.caption(
+        "A block (a DP rank's hash in one KV cache group) is held while vLLM announced it "
+        "stored more often than removed; the GPU pool's count falls to 0 at each cache clear."
+    )
+    show_chart(
+        vllm_kv_charts.vllm_kv_tier_occupancy_figure(occupancy),
+        occupancy,
+        key="vllm_kv_tier_occupancy",
+    )
+    for medium, name in zip(media["medium"], names, strict=True):
+        if medium == vllm_kv_queries.MEDIUM_GPU or len(media) == 1:
+            continue  # the chart above shows a lone tier's events already
+        activity = vllm_kv_queries.vllm_kv_activity(run, medium=medium)
+        title = f"What the {name}'s events reported over time"
+        show_chart(
+            vllm_kv_charts.vllm_kv_activity_figure(activity, title),
+            activity,
+            key=f"vllm_kv_activity_{medium.lower()}",
+        )
 
 
 def hash_width(summary: dict[str, int]) -> str:

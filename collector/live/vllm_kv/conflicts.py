@@ -7,12 +7,19 @@ BlockStored carries what the hash was computed from (parent hash, token ids, ext
 a consumer can check: the same hash with another parent, other tokens or other keys is a
 conflict. With vLLM's sha256 the chance is about n^2 / 2^65 for n distinct blocks.
 
-What the detector remembers: each (KV cache group, hash) from its BlockStored until every
-holder (DP rank, medium) that stored it has removed it (BlockRemoved), cleared its cache
-(AllBlocksCleared) or restarted. That is the window in which a consumer's index maps the
-hash to that block. It keeps a 16-byte digest of the tokens, not the tokens (unless asked to): about
-420 bytes per cached block, some 5 us per stored block. A hash that one holder caches twice
-at once (two requests computing the same prefix together) is forgotten at its first removal.
+What the detector remembers: each (KV cache group, medium, hash) from its BlockStored until
+every DP rank that stored it there has removed it (BlockRemoved), cleared its cache
+(AllBlocksCleared: the GPU pool only) or restarted. That is the window in which a consumer's
+index maps the hash to that block. It keeps a 16-byte digest of the tokens, not the tokens
+(unless asked to): about 420 bytes per cached block, some 5 us per stored block. A hash that
+one rank caches twice at once in one medium (two requests computing the same prefix together;
+two offloaded chunks that share a block) is forgotten at its first removal.
+
+Each medium is checked apart. vLLM's offloading connector describes a block it copied to an
+offload tier ("CPU", "STORAGE") less fully than the GPU pool did: without extra keys (vLLM
+defers them), and by default as a placeholder (the chunk's last hash, no tokens, block size
+0). Compared with the GPU pool's description of the same block, either would be a conflict
+that is not there. Placeholders describe no block, so they are not checked at all.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from collector.live.vllm_kv.wire import (
 )
 
 _ENCODER = msgspec.msgpack.Encoder()
+MEDIUM_GPU = "GPU"  # vLLM's name for the prefix cache's own pool
 
 
 def _digest(value: object) -> bytes:
@@ -78,13 +86,12 @@ class HashConflict:
     second: BlockDescription
 
 
-Holder = tuple[int | None, str | None]  # (DP rank, medium)
 Signature = tuple[WireBlockHash | None, bytes, bytes | None, str | None]
 
 
 class _Entry(msgspec.Struct, gc=False):
     description: BlockDescription
-    holders: tuple[Holder, ...]  # a tuple, not a set: one holder is the rule, sets are big
+    holders: tuple[int | None, ...]  # DP ranks; a tuple, not a set: one is the rule
     reported: set[Signature] | None = None
 
 
@@ -99,12 +106,12 @@ class HashConflictDetector:
         self.record_token_ids = record_token_ids
         self.num_blocks_checked = 0
         self.num_blocks_unchecked = 0  # stored by events that do not describe each block
-        self._entries: dict[tuple[int | None, WireBlockHash], _Entry] = {}
+        self._entries: dict[tuple[int | None, str, WireBlockHash], _Entry] = {}
         self._epochs: dict[int | None, int] = {}
 
     @property
     def num_tracked(self) -> int:
-        """Hashes remembered now (cached somewhere, as far as the events tell)."""
+        """(Group, medium, hash) entries remembered now: cached, as far as the events tell."""
         return len(self._entries)
 
     def observe(self, batches: Sequence[ReceivedBatch]) -> list[HashConflict]:
@@ -115,7 +122,7 @@ class HashConflictDetector:
             if received.epoch != self._epochs.setdefault(batch.data_parallel_rank, received.epoch):
                 # A restarted engine starts with an empty cache, and says nothing about it.
                 self._epochs[batch.data_parallel_rank] = received.epoch
-                self._on_cleared(batch.data_parallel_rank)
+                self._on_cleared(batch.data_parallel_rank, every_medium=True)
             ts_ns = round(batch.ts * 1e9)
             for event in batch.events:
                 if isinstance(event, BlockStored):
@@ -123,20 +130,20 @@ class HashConflictDetector:
                 elif isinstance(event, BlockRemoved):
                     self._on_removed(batch.data_parallel_rank, event)
                 elif isinstance(event, AllBlocksCleared):
-                    self._on_cleared(batch.data_parallel_rank)
+                    self._on_cleared(batch.data_parallel_rank, every_medium=False)
         return conflicts
 
     def _on_stored(
         self, received: ReceivedBatch, event: BlockStored, ts_ns: int
     ) -> list[HashConflict]:
         conflicts: list[HashConflict] = []
-        if not describes_each_block(event):
+        if not event.token_ids or not describes_each_block(event):  # a placeholder, a window
             self.num_blocks_unchecked += len(event.block_hashes)
             return conflicts
-        holder = (received.batch.data_parallel_rank, event.medium)
+        holder = received.batch.data_parallel_rank
         for position, block_hash in enumerate(event.block_hashes):
             description = self._describe(received, event, position, ts_ns)
-            key = (event.group_idx, _key_hash(block_hash))
+            key = (event.group_idx, _medium(event.medium), _key_hash(block_hash))
             self.num_blocks_checked += 1
             entry = self._entries.get(key)
             if entry is None:
@@ -184,22 +191,30 @@ class HashConflictDetector:
         )
 
     def _on_removed(self, dp_rank: int | None, event: BlockRemoved) -> None:
-        holder = (dp_rank, event.medium)
+        medium = _medium(event.medium)
         for block_hash in event.block_hashes:
-            key = (event.group_idx, _key_hash(block_hash))
+            key = (event.group_idx, medium, _key_hash(block_hash))
             entry = self._entries.get(key)
             if entry is None:
                 continue
-            entry.holders = tuple(other for other in entry.holders if other != holder)
+            entry.holders = tuple(holder for holder in entry.holders if holder != dp_rank)
             if not entry.holders:
                 del self._entries[key]
 
-    def _on_cleared(self, dp_rank: int | None) -> None:
+    def _on_cleared(self, dp_rank: int | None, every_medium: bool) -> None:
+        """A rank's GPU pool was reset (its offload tiers too when `every_medium`: a restart)."""
         for key in list(self._entries):
+            if not every_medium and key[1] != MEDIUM_GPU:
+                continue
             entry = self._entries[key]
-            entry.holders = tuple(holder for holder in entry.holders if holder[0] != dp_rank)
+            entry.holders = tuple(holder for holder in entry.holders if holder != dp_rank)
             if not entry.holders:
                 del self._entries[key]
+
+
+def _medium(medium: str | None) -> str:
+    """Where a block is held; vLLMs that send no medium have only the GPU pool."""
+    return MEDIUM_GPU if medium is None else medium
 
 
 def _key_hash(block_hash: WireBlockHash) -> WireBlockHash:
