@@ -41,6 +41,7 @@ CHART_TRACES = {
     "views/collisions.py": [2],
     "views/tenants.py": [2, 2, 1],
     "views/advisor.py": [5, 1, 1, 1, 1, 1],
+    "views/policies.py": [4],
     "views/compare.py": [1, 2],
     "views/kv_groups.py": [],  # one group: its blocks are the free-block timeline's
 }
@@ -120,7 +121,12 @@ def test_overview_figures_match_the_summary() -> None:
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:
     app = start()
     picker = app.selectbox(key="run_picker")
-    assert picker.options == ["run.duckdb", "run_block32.duckdb", "run_hybrid.duckdb"]
+    assert picker.options == [
+        "run.duckdb",
+        "run_block32.duckdb",
+        "run_hybrid.duckdb",
+        "run_tier.duckdb",
+    ]
     picker.select(str(SECOND_SAMPLE_RUN)).run()
     assert not app.exception, app.exception
     assert app.session_state["run_path"] == str(SECOND_SAMPLE_RUN)
@@ -358,7 +364,11 @@ def test_roi_inputs_change_every_estimate() -> None:
 
 def test_compare_runs_side_by_side() -> None:
     app = go_to(start(), "views/compare.py")
-    assert app.selectbox(key="compare_run").options == ["run_block32.duckdb", "run_hybrid.duckdb"]
+    assert app.selectbox(key="compare_run").options == [
+        "run_block32.duckdb",
+        "run_hybrid.duckdb",
+        "run_tier.duckdb",
+    ]
     with RunFile.open(SECOND_SAMPLE_RUN) as run_file:
         second = run_summary(run_file)
     assert metrics(app)["Hit ratio (tokens)"] == f"{second['token_hit_ratio']:.1%}"

@@ -32,6 +32,7 @@ MIN_CHARTS = {
     "collisions.py": 1,
     "tenants.py": 3,
     "advisor.py": 5,
+    "policies.py": 1,
     "compare.py": 2,
     "vllm_kv_events.py": 0,
 }

@@ -41,6 +41,7 @@ PAGES = (
     Page("collisions.py", "Collisions"),
     Page("tenants.py", "Tenants & adapters"),
     Page("advisor.py", "Advisor"),
+    Page("policies.py", "Cache policies"),
     Page("compare.py", "Compare runs"),
     Page("vllm_kv_events.py", "vLLM KV events"),
 )

@@ -23,12 +23,14 @@ from collector.model.policies import (
     one_off_families,
     replay_policy,
 )
+from collector.model.policy_curves import (
+    ADMISSION_WINDOW,
+    MAX_BLOCK_REFERENCES,
+    NEAR_CEILING,
+    PIN_FAMILIES,
+)
 
 MIN_GAIN = 0.02  # of token hit ratio: 2 points
-PIN_FAMILIES = 5
-ADMISSION_WINDOW = 100  # requests
-MAX_BLOCK_REFERENCES = 2_000_000  # a replay of this many takes about 10 s here
-NEAR_CEILING = 0.95  # LRU this close to MIN leaves no policy anything to win
 
 
 def cache_policy(context: RunContext) -> list[Suggestion]:
