@@ -152,6 +152,14 @@ def test_overview_charts(points: pd.DataFrame) -> None:
     assert activity_chart.data[1].yaxis == "y2"
     tokens = overview_charts.tokens_saved_figure(points)
     assert (list(tokens.data[0].y), list(tokens.data[1].y)) == ([0, 8, 4, 0], [8, 4, 4, 8])
+    # With an offload tier, the tokens it supplied stack between the hits and the prefill.
+    tiered = overview_charts.tokens_saved_figure(points.assign(tier_hit_tokens=[4, 0, 0, 0]))
+    assert [trace.name for trace in tiered.data] == [
+        "served from the prefix cache",
+        "loaded from the CPU tier",
+        "computed (prefill)",
+    ]
+    assert [list(trace.y) for trace in tiered.data] == [[0, 8, 4, 0], [4, 0, 0, 0], [4, 4, 4, 8]]
     blocks = overview_charts.block_events_figure(points)
     # Hits, evictions, then stores (dashed, on top: level with evictions in a full pool).
     assert [trace.name for trace in blocks.data] == [

@@ -77,13 +77,16 @@ def block_events_figure(points: pd.DataFrame) -> go.Figure:
 
 
 def tokens_saved_figure(points: pd.DataFrame) -> go.Figure:
-    """Prompt tokens served from the cache and computed, per point, stacked."""
-    computed = points["prompt_tokens"] - points["hit_tokens"]
+    """Prompt tokens served from the cache, loaded back from an offload tier (a run with one)
+    and computed, per point, stacked."""
+    tier = points["tier_hit_tokens"]
+    computed = points["prompt_tokens"] - points["hit_tokens"] - tier
+    series = [(points["hit_tokens"], "served from the prefix cache", COLORS["tokens"])]
+    if tier.any():
+        series.append((tier, "loaded from the CPU tier", COLORS["cached_free"]))
+    series.append((computed, "computed (prefill)", COLORS["free_uncached"]))
     figure = go.Figure()
-    for tokens, name, color in (
-        (points["hit_tokens"], "served from the prefix cache", COLORS["tokens"]),
-        (computed, "computed (prefill)", COLORS["free_uncached"]),
-    ):
+    for tokens, name, color in series:
         figure.add_bar(x=points["t_s"], y=tokens, name=name, marker_color=color)
     return styled(
         figure,
