@@ -465,6 +465,10 @@ def test_cpu_tier(tmp_path: Path) -> None:
     assert suggestion.figures["tier_token_hit_ratio"] == pytest.approx(224 / 288)
     assert suggestion.figures["transfer_s"] < suggestion.figures["compute_s"]
     assert "--kv-offloading-size 0.0 --kv-offloading-backend native" in suggestion.action
+    # Its chart: the pool alone (0 GiB), then 1x, 2x, 4x, under each of the tier's policies.
+    (chart,) = suggestion.charts
+    assert [series.name for series in chart.series] == ["LRU", "ARC"]
+    assert chart.series[0].y[0] == 0 and chart.series[0].y[2] == pytest.approx(224 / 288)
     # Over a link this slow, moving the blocks back costs more than computing them.
     with RunFile.open(thrashing) as run_file:
         context = RunContext(run_file, thrashing, pcie_gb_per_s=0.001)

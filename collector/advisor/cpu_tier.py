@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import (
+    Chart,
     NotApplicable,
     NothingToWin,
+    Series,
     Suggestion,
     severity_for_gain,
 )
@@ -143,8 +145,39 @@ def cpu_tier(context: RunContext) -> list[Suggestion]:
                 "compute_s": price.compute_s,
                 "pcie_gb_per_s": context.pcie_gb_per_s,
             },
+            charts=[_tier_chart(context, tiers, lru, tier_gib)],
         )
     ]
+
+
+def _tier_chart(
+    context: RunContext,
+    tiers: dict[tuple[int, str], PolicyResult],
+    lru: PolicyResult,
+    recommended_gib: float,
+) -> Chart:
+    """Token hit ratio (GPU and tier together) against the tier's size, one line per policy;
+    0 GiB is the GPU pool alone."""
+    sizes = [0.0] + [
+        gib_for_blocks(context.spec, context.block_size, size * (context.num_blocks - 1))
+        for size in TIER_SIZES
+    ]
+    return Chart(
+        kind="line",
+        title="Token hit ratio by CPU tier size",
+        x_title="CPU tier, GiB per GPU",
+        y_title="token hit ratio",
+        series=[
+            Series(
+                policy.upper(),
+                sizes,
+                [lru.token_hit_ratio]
+                + [tiers[size, policy].token_hit_ratio for size in TIER_SIZES],
+            )
+            for policy in TIER_POLICIES
+        ],
+        markers={"recommended": recommended_gib},
+    )
 
 
 class TierPrice:
