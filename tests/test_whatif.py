@@ -14,7 +14,14 @@ from collector.model.kv_memory import MODELS
 from collector.queries.summary import run_summary
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions
-from collector.replay.whatif import Source, SweepPoint, read_results, run_sweep, write_results
+from collector.replay.whatif import (
+    Source,
+    SweepPoint,
+    read_results,
+    run_sweep,
+    sweep_points,
+    write_results,
+)
 from collector.store.run_file import RunFile, RunStore
 from tests.support.block_manager import tiny_run
 from tests.support.repo import SECRET
@@ -101,6 +108,28 @@ def test_whatif_on_a_run_replays_its_recorded_requests(tmp_path: Path) -> None:
     assert recommendation.source == "what-if replays through vLLM (2 pool sizes)"
     assert recommendation.num_blocks == 400
     assert recommendation.ratio == larger["token_hit_ratio"]
+
+
+def test_whatif_sweeps_cpu_tiers_as_an_axis(tmp_path: Path) -> None:
+    # The thrashing pool of the recorded run, without a tier and with one of each policy:
+    # the tier catches what the pool evicts; the GPU pool's own hits do not change.
+    run = tiny_run(tmp_path, chat_rows(), num_blocks=14, record_token_ids=True)
+    points = sweep_points([4], [1], num_blocks=[14], tiers=[(0, "arc"), (40, "lru"), (40, "arc")])
+    assert [(point.cpu_tier_blocks, point.cpu_tier_policy) for point in points] == [
+        (0, "lru"),
+        (40, "arc"),
+        (40, "lru"),
+    ]
+    assert points[2].run_name == "bs4-blocks14-seqs1-tier40lru.duckdb"
+    options = ReplayOptions(settings=CacheSettings(4, 14), reveal_tenants=True)
+    bare, arc, lru = run_sweep(
+        Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1
+    )
+    assert bare["tier_hit_tokens"] == 0
+    assert lru["hit_tokens"] == arc["hit_tokens"] == bare["hit_tokens"]
+    assert lru["tier_hit_tokens"] > 0 and arc["tier_hit_tokens"] > 0
+    with RunFile.open(tmp_path / "sweep" / lru["run"]) as run_file:
+        assert run_summary(run_file)["tier_hit_tokens"] == lru["tier_hit_tokens"]
 
 
 def test_a_run_without_token_ids_is_refused(
