@@ -33,19 +33,30 @@ PROMPTS = [prompt(number % 6) for number in range(36)]
 EXPECTED = {f"r{index}": (0, 0 if index < 6 else 3 * BLOCK_SIZE) for index in range(36)}
 
 
+def recorded_hits(buffer: EventBuffer) -> dict[str, tuple[int, int]]:
+    """Each request's GPU hit and tier hit, in tokens, as the hooks' lookups recorded them."""
+    return {
+        record.request_id: (record.num_hit_tokens, record.num_tier_hit_tokens)
+        for record in buffer.take()
+        if isinstance(record, Lookup) and not record.preempted and record.request_id
+    }
+
+
+def replayed_hits(run: Path) -> dict[str, tuple[int, int]]:
+    """The same, as a replay's run file holds them."""
+    with RunFile.open(run) as store:
+        rows = store.rows("SELECT request_id, num_hit_tokens, num_tier_hit_tokens FROM requests")
+    return {request_id: (hits, tier) for request_id, hits, tier in rows}
+
+
 def test_the_hooks_record_what_vllms_offloading_connector_loads(tmp_path: Path) -> None:
     scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, 16, 8, cpu_tier_blocks=128)
     buffer = EventBuffer()
     hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
     hooks.attach()
     drive_with_tier(scheduler, PROMPTS, output_length=2)
-    lookups = {
-        record.request_id: (record.num_hit_tokens, record.num_tier_hit_tokens)
-        for record in buffer.take()
-        if isinstance(record, Lookup)
-    }
     # No GPU hit ever; every request after the first round loads its 3 full blocks back.
-    assert lookups == EXPECTED
+    assert recorded_hits(buffer) == EXPECTED
 
 
 def test_a_replay_with_a_tier_predicts_each_requests_tier_hits(tmp_path: Path) -> None:
@@ -54,11 +65,7 @@ def test_a_replay_with_a_tier_predicts_each_requests_tier_hits(tmp_path: Path) -
         for index, tokens in enumerate(PROMPTS)
     ]
     run = tiny_run(tmp_path, rows, block_size=BLOCK_SIZE, num_blocks=16, cpu_tier_blocks=128)
-    with RunFile.open(run) as store:
-        replayed = store.rows(
-            "SELECT request_id, num_hit_tokens, num_tier_hit_tokens FROM requests"
-        )
-    assert {row[0]: (row[1], row[2]) for row in replayed} == EXPECTED
+    assert replayed_hits(run) == EXPECTED
 
 
 def test_the_replay_agrees_with_vllms_connector_on_a_mixed_workload(tmp_path: Path) -> None:
@@ -71,19 +78,11 @@ def test_the_replay_agrees_with_vllms_connector_on_a_mixed_workload(tmp_path: Pa
     hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
     hooks.attach()
     drive_with_tier(scheduler, prompts, output_length=2, one_at_a_time=True)
-    live = {
-        record.request_id: (record.num_hit_tokens, record.num_tier_hit_tokens)
-        for record in buffer.take()
-        if isinstance(record, Lookup) and not record.preempted
-    }
+    live = recorded_hits(buffer)
     rows = [
         {"request_id": f"r{index}", "timestamp": index, "token_ids": tokens, "output_length": 2}
         for index, tokens in enumerate(prompts)
     ]
     run = tiny_run(tmp_path, rows, block_size=BLOCK_SIZE, num_blocks=200, cpu_tier_blocks=2_000)
-    with RunFile.open(run) as store:
-        replayed = store.rows(
-            "SELECT request_id, num_hit_tokens, num_tier_hit_tokens FROM requests"
-        )
-    assert {row[0]: (row[1], row[2]) for row in replayed} == live
+    assert replayed_hits(run) == live
     assert sum(tier for _, tier in live.values()) > 0

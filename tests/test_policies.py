@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.model.block_stream import RequestBlocks
 from collector.model.mrc import miss_ratio_curve
 from collector.model.policies import (
     POLICIES,
@@ -21,19 +20,7 @@ from collector.model.policies import (
 )
 from collector.store.run_file import RunFile
 from tests.support.block_manager import tiny_run
-from tests.support.streams import BLOCK_SIZE, stream_of
-
-
-def hot_and_scan() -> list[RequestBlocks]:
-    """A hot prompt H (13 tokens: 3 full blocks, all hit-eligible, and a partial one) every
-    third request, two unique 13-token scan prompts between its visits: H, S0, S1, H, S2, S3,
-    H, S4, S5, H, S6, S7, H."""
-    hot = list(range(1, 14))
-    prompts: list[list[int]] = []
-    for visit in range(4):
-        scans = [[100 * (2 * visit + one) + token for token in range(1, 14)] for one in (1, 2)]
-        prompts += [hot, *scans]
-    return stream_of([*prompts, hot])
+from tests.support.streams import BLOCK_SIZE, hot_and_scan, stream_of
 
 
 def test_pinning_and_admission_keep_a_hot_prompt_that_lru_loses() -> None:

@@ -10,11 +10,10 @@ import random
 import pytest
 
 from collector.advisor.context import RunContext
-from collector.model.block_stream import RequestBlocks
 from collector.model.kv_memory import DEFAULT_MODEL, MODELS, gib_for_blocks
 from collector.model.mrc import miss_ratio_curve
+from collector.model.policies import ReplayTooLarge
 from collector.model.policy_curves import (
-    ReplayTooLarge,
     default_pool_sizes,
     policy_curves,
     verdict,
@@ -22,25 +21,12 @@ from collector.model.policy_curves import (
 from collector.store.run_file import RunFile
 from tests.support.app import go_to, metrics, start
 from tests.support.repo import SAMPLE_RUN
-from tests.support.streams import BLOCK_SIZE, stream_of
+from tests.support.streams import BLOCK_SIZE, hot_and_scan, stream_of
 from visualizer.charts.policies import policy_curves_figure
 from visualizer.views.policies import COLUMNS
 
 PROMPT_TOKENS = 13 * 13
 HOT_HITS = 12 * BLOCK_SIZE / PROMPT_TOKENS  # the hot prompt's 3 blocks on each later visit
-
-
-def hot_and_scan() -> list[RequestBlocks]:
-    """A hot 13-token prompt H (3 full blocks, all hit-eligible, and a partial one) every
-    third request, two unique 13-token scans between its visits: H, S0, S1, H, ..., H. LRU
-    keeps H only with room for it and both scans (11 usable blocks); pinning H or not
-    caching the scans keeps it from 7 (8 blocks)."""
-    hot = list(range(1, 14))
-    prompts: list[list[int]] = []
-    for visit in range(4):
-        scans = [[100 * (2 * visit + one) + token for token in range(1, 14)] for one in (1, 2)]
-        prompts += [hot, *scans]
-    return stream_of([*prompts, hot])
 
 
 def test_curves_at_the_default_sizes() -> None:

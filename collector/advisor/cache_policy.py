@@ -19,6 +19,8 @@ from collector.advisor.suggestion import (
 from collector.model.kv_memory import gib_for_blocks
 from collector.model.policies import (
     PolicyResult,
+    ReplayTooLarge,
+    check_replay_size,
     hottest_families,
     one_off_families,
     replay_policy,
@@ -28,6 +30,7 @@ from collector.model.policy_curves import (
     MAX_BLOCK_REFERENCES,
     NEAR_CEILING,
     PIN_FAMILIES,
+    POLICY_REPLAYS,
 )
 
 MIN_GAIN = 0.02  # of token hit ratio: 2 points
@@ -36,12 +39,10 @@ MIN_GAIN = 0.02  # of token hit ratio: 2 points
 def cache_policy(context: RunContext) -> list[Suggestion]:
     """One suggestion when pinning or admission beats LRU by MIN_GAIN or more."""
     stream, block_size, num_blocks = context.block_stream, context.block_size, context.num_blocks
-    references = sum(len(request.keys) for request in stream)
-    if references > MAX_BLOCK_REFERENCES:
-        raise NotApplicable(
-            f"the run has {references:,} block references, more than the "
-            f"{MAX_BLOCK_REFERENCES:,} its policy replays take in a few seconds"
-        )
+    try:
+        check_replay_size(stream, MAX_BLOCK_REFERENCES, POLICY_REPLAYS)
+    except ReplayTooLarge as error:
+        raise NotApplicable(str(error)) from None
     pinned = hottest_families(stream, block_size, PIN_FAMILIES)
     one_offs = one_off_families(stream, block_size, ADMISSION_WINDOW)
     try:

@@ -23,7 +23,12 @@ from collector.advisor.suggestion import (
 )
 from collector.model.cost import CostModel
 from collector.model.kv_memory import gib_for_blocks
-from collector.model.policies import PolicyResult, replay_policy
+from collector.model.policies import (
+    PolicyResult,
+    ReplayTooLarge,
+    check_replay_size,
+    replay_policy,
+)
 from collector.replay.block_manager import VllmUnavailable
 from collector.replay.cpu_tier import TIER_POLICIES, CpuTier
 
@@ -37,12 +42,10 @@ MAX_BLOCK_REFERENCES = 2_000_000  # six replays of this many take about a minute
 def cpu_tier(context: RunContext) -> list[Suggestion]:
     """One suggestion when a CPU tier wins MIN_TIER_GAIN or more and pays for its transfers."""
     stream, block_size, num_blocks = context.block_stream, context.block_size, context.num_blocks
-    references = sum(len(request.keys) for request in stream)
-    if references > MAX_BLOCK_REFERENCES:
-        raise NotApplicable(
-            f"the run has {references:,} block references, more than the "
-            f"{MAX_BLOCK_REFERENCES:,} its tier replays take in a minute"
-        )
+    try:
+        check_replay_size(stream, MAX_BLOCK_REFERENCES, "its tier replays take in a minute")
+    except ReplayTooLarge as error:
+        raise NotApplicable(str(error)) from None
     try:
         lru = replay_policy(stream, block_size, num_blocks, "lru")
         tiers = {

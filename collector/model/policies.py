@@ -45,6 +45,20 @@ class Tier(Protocol):
     def finish(self) -> None: ...
 
 
+class ReplayTooLarge(ValueError):
+    """A stream with more block references than its replays take in reasonable time."""
+
+
+def check_replay_size(stream: Sequence[RequestBlocks], limit: int, what: str) -> None:
+    """ReplayTooLarge when the stream has more than `limit` block references (`what`: the
+    replays that would take them, and how long)."""
+    references = sum(len(request.keys) for request in stream)
+    if references > limit:
+        raise ReplayTooLarge(
+            f"the run has {references:,} block references, more than the {limit:,} {what}"
+        )
+
+
 @dataclass(frozen=True)
 class PolicyResult:
     """What one policy did with one pool size: blocks hit in the GPU pool, and blocks

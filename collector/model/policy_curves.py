@@ -19,6 +19,7 @@ from collector.model.kv_memory import KVSpec, gib_for_blocks
 from collector.model.mrc import miss_ratio_curve
 from collector.model.policies import (
     PolicyResult,
+    check_replay_size,
     hottest_families,
     one_off_families,
     replay_policy,
@@ -27,15 +28,12 @@ from collector.model.policies import (
 PIN_FAMILIES = 5
 ADMISSION_WINDOW = 100  # requests
 MAX_BLOCK_REFERENCES = 2_000_000  # a replay of this many takes about 10 s here
+POLICY_REPLAYS = "its policy replays take in a few seconds"
 NEAR_CEILING = 0.95  # LRU this close to MIN leaves no policy anything to win
 # Of token hit ratio: a tenth of all prompt tokens recomputed under LRU that a policy knowing
 # the future would serve from the cache (5 times the gain the advisor's rule fires at).
 LOT_TO_WIN = 0.10
 SIZE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # of the run's own pool
-
-
-class ReplayTooLarge(ValueError):
-    """The stream has more block references than the policy replays take in a few seconds."""
 
 
 @dataclass(frozen=True)
@@ -126,12 +124,7 @@ def policy_curves(
     """Replay LRU, pinning, admission and MIN at each of `sizes` (default
     `default_pool_sizes`), leaving out sizes too small for the largest request (replay_policy
     refuses them); ReplayTooLarge past MAX_BLOCK_REFERENCES, as the advisor's rule."""
-    references = sum(len(request.keys) for request in stream)
-    if references > MAX_BLOCK_REFERENCES:
-        raise ReplayTooLarge(
-            f"the run has {references:,} block references, more than the "
-            f"{MAX_BLOCK_REFERENCES:,} its policy replays take in a few seconds"
-        )
+    check_replay_size(stream, MAX_BLOCK_REFERENCES, POLICY_REPLAYS)
     smallest = 1 + max((request.num_blocks for request in stream), default=0)
     if sizes is None:
         saturation = miss_ratio_curve(stream, block_size).saturation_num_blocks

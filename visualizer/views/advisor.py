@@ -12,6 +12,7 @@ import streamlit as st
 from collector.queries import kv_groups
 from visualizer.charts.advisor import chart_data, chart_figure
 from visualizer.downloads import show_chart
+from visualizer.kv_spec_inputs import model_and_dtype
 from visualizer.metrics import metric_row
 from visualizer.run_source import current_run, open_run
 from visualizer.sidebar import controls
@@ -55,22 +56,11 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int
     """The KV spec, GPU, what-if folder, --max-model-len and PCIe bandwidth the figures
     assume; the user can change each."""
     from collector.advisor.context import PCIE_GB_PER_S
-    from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS
+    from collector.model.kv_memory import DEFAULT_GPU_GIB, MODELS
 
     with st.expander("Assumptions: model KV spec, GPU, what-if sweep, PCIe", expanded=False):
         first, second, third = st.columns(3)
-        model = first.selectbox(
-            "Model (KV spec)",
-            sorted(MODELS),
-            index=sorted(MODELS).index(DEFAULT_MODEL),
-            key="advisor_model",
-        )
-        dtype = second.selectbox(
-            "KV cache dtype",
-            sorted(DTYPE_BYTES),
-            index=sorted(DTYPE_BYTES).index("bfloat16"),
-            key="advisor_dtype",
-        )
+        model, dtype = model_and_dtype(first, second, "advisor")
         parallel = third.number_input("Tensor parallel size", 1, 64, 1, key="advisor_tp")
         gpu_gib = first.number_input(
             "GPU memory, GiB (0: unknown)",

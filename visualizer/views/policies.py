@@ -21,6 +21,7 @@ from collector.model.policy_curves import (
 )
 from visualizer.charts.policies import POLICY_LINES, policy_curves_figure
 from visualizer.downloads import show_chart
+from visualizer.kv_spec_inputs import model_and_dtype
 from visualizer.metrics import metric_row
 from visualizer.run_source import current_run, open_run
 from visualizer.sidebar import controls
@@ -38,7 +39,8 @@ VERDICT_BOXES = {"nothing": st.success, "some": st.info, "a lot": st.warning, "u
 def _curves(path: str, modified_ns: int) -> tuple[PolicyCurves | None, str]:
     """The run's policy curves, or None and why the replays were not run."""
     from collector.advisor.context import RunContext
-    from collector.model.policy_curves import ReplayTooLarge, policy_curves
+    from collector.model.policies import ReplayTooLarge
+    from collector.model.policy_curves import policy_curves
 
     del modified_ns  # part of the cache key: a rewritten run is replayed afresh
     context = RunContext(open_run(Path(path)), Path(path))
@@ -51,22 +53,11 @@ def _curves(path: str, modified_ns: int) -> tuple[PolicyCurves | None, str]:
 
 def _spec() -> KVSpec:
     """The model KV spec the GiB column assumes; the user can change it."""
-    from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+    from collector.model.kv_memory import MODELS
 
     with st.expander("Assumption: model KV spec (for the GiB column)", expanded=False):
         first, second = st.columns(2)
-        model = first.selectbox(
-            "Model (KV spec)",
-            sorted(MODELS),
-            index=sorted(MODELS).index(DEFAULT_MODEL),
-            key="policies_model",
-        )
-        dtype = second.selectbox(
-            "KV cache dtype",
-            sorted(DTYPE_BYTES),
-            index=sorted(DTYPE_BYTES).index("bfloat16"),
-            key="policies_dtype",
-        )
+        model, dtype = model_and_dtype(first, second, "policies")
     return KVSpec(**{**asdict(MODELS[model]), "dtype": dtype})
 
 
