@@ -26,6 +26,7 @@ from engine_hooks.config import CaptureConfig, checks_collisions
 from engine_hooks.endpoint import engine_token
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer, load_secret
+from engine_hooks.scheduler_hooks import SchedulerHooks
 from engine_hooks.transport import Transport
 from engine_hooks.versions import is_supported, supported_versions
 
@@ -154,7 +155,7 @@ class Capture:
             max_backlog_bytes=int(config.max_backlog_mb * (1 << 20)),
             token=engine_token(),
         )
-        self._wrapped: list[str] = []
+        self.attached = SchedulerHooks(scheduler, self.hooks, self.tenant_of)
 
     def _run_config(self) -> dict[str, Any]:
         import vllm
@@ -173,12 +174,8 @@ class Capture:
         }
 
     def start(self) -> Capture:
-        self.hooks.attach()
-        for name in ("add_request", "schedule", "_preempt_request", "_free_request", "shutdown"):
-            setattr(
-                self.scheduler, name, getattr(self, f"_wrap_{name}")(getattr(self.scheduler, name))
-            )
-            self._wrapped.append(name)
+        self.attached.attach()
+        self.scheduler.shutdown = self._wrap_shutdown(self.scheduler.shutdown)
         self.transport.start()
         atexit.register(self.stop)
         logger.info(
@@ -190,12 +187,10 @@ class Capture:
 
     def stop(self) -> None:
         """Detach everything and flush what is buffered to the collector (idempotent)."""
-        if not self._wrapped:
+        if not self.attached.attached:
             return
-        for name in self._wrapped:
-            delattr(self.scheduler, name)
-        self._wrapped.clear()
-        self.hooks.detach()
+        del self.scheduler.shutdown
+        self.attached.detach()
         transport = self.transport
         transport.stop(self.config.flush_timeout_s)
         atexit.unregister(self.stop)
@@ -217,45 +212,6 @@ class Capture:
         extra = params.extra_args if params is not None else None
         tenant = extra.get(TENANT_ARGUMENT) if extra else None
         return str(tenant) if tenant is not None else None
-
-    def _wrap_add_request(self, original: Any) -> Any:
-        def add_request(request: Any) -> None:
-            is_new = request.request_id not in self.scheduler.requests
-            original(request)
-            if is_new:
-                self.hooks.on_arrive(request, tenant=self.tenant_of(request))
-
-        return add_request
-
-    def _wrap_schedule(self, original: Any) -> Any:
-        requests = self.scheduler.requests
-
-        def schedule(*args: Any, **kwargs: Any) -> Any:
-            output = original(*args, **kwargs)
-            for new_request in output.scheduled_new_reqs:
-                self.hooks.on_schedule(requests[new_request.req_id])
-            for request_id in output.scheduled_cached_reqs.resumed_req_ids:
-                self.hooks.on_schedule(requests[request_id])
-            self.hooks.record_pool_state()
-            return output
-
-        return schedule
-
-    def _wrap__preempt_request(self, original: Any) -> Any:
-        def _preempt_request(request: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(request, *args, **kwargs)
-            self.hooks.on_preempt(request)
-            return result
-
-        return _preempt_request
-
-    def _wrap__free_request(self, original: Any) -> Any:
-        def _free_request(request: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(request, *args, **kwargs)
-            self.hooks.on_finish(request)
-            return result
-
-        return _free_request
 
     def _wrap_shutdown(self, original: Any) -> Any:
         def shutdown() -> None:

@@ -14,6 +14,7 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     """Add --block-size, --num-blocks, --timing and the rest to a subcommand's parser."""
     from collector.replay.block_manager import HASH_ALGOS
     from collector.replay.replayer import TIMINGS
+    from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
     parser.add_argument(
@@ -31,17 +32,39 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         choices=TIMINGS,
         default="sequential",
         help="sequential: one request at a time; timestamps: at the trace's arrival times, "
-        "batched by a step model (sequential)",
+        "batched by a step model; scheduler: at the trace's arrival times, through vLLM's own "
+        "Scheduler (sequential)",
     )
     parser.add_argument(
-        "--max-num-seqs", type=int, default=256, help="running requests at most (timestamps)"
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="running requests at most (timestamps, scheduler)",
     )
-    parser.add_argument("--step-ms", type=float, default=10.0, help="step time (timestamps)")
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help=f"tokens a step schedules at most, vLLM's own (scheduler; "
+        f"{DEFAULT_MAX_NUM_BATCHED_TOKENS})",
+    )
+    parser.add_argument(
+        "--max-loras", type=int, default=1, help="adapters in one step, vLLM's (scheduler; 1)"
+    )
+    parser.add_argument(
+        "--step-ms", type=float, default=10.0, help="step time (timestamps, scheduler)"
+    )
     parser.add_argument(
         "--prefill-us-per-token",
         type=float,
         default=25.0,
-        help="step time added per computed prompt token (timestamps)",
+        help="step time added per computed prompt token (timestamps, scheduler)",
+    )
+    parser.add_argument(
+        "--decode-us-per-token",
+        type=float,
+        default=0.0,
+        help="step time added per decoded token (scheduler)",
     )
     add_format_option(parser)
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
@@ -146,7 +169,9 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo, args.kv_layout),
         timing=args.timing,
         max_num_seqs=args.max_num_seqs,
-        step_model=StepModel(args.step_ms, args.prefill_us_per_token),
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_loras=args.max_loras,
+        step_model=StepModel(args.step_ms, args.prefill_us_per_token, args.decode_us_per_token),
         trace_format=args.trace_format,
         limit=args.limit,
         record_token_ids=args.record_token_ids,

@@ -12,6 +12,7 @@ from collector.replay.kv_layout import check_fits, parse_layout
 if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import BlockHash
+    from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
     BlockHasher = Callable[[Request], list[BlockHash]]
@@ -49,10 +50,25 @@ def make_kv_cache_manager(
 
     `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
     """
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    return KVCacheManager(
+        kv_cache_config(settings),
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=settings.block_size,
+        hash_block_size=settings.block_size,
+        enable_caching=True,
+        log_stats=log_stats,
+        enable_kv_cache_events=kv_events,
+    )
+
+
+def kv_cache_config(settings: CacheSettings) -> KVCacheConfig:
+    """vLLM's `KVCacheConfig` of the settings: their pool and KV cache groups (a tiny spec per
+    group: what a block holds does not matter to the manager, only how many there are)."""
     quiet_torch_imports()
     import torch
     from vllm.config import CacheConfig
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
@@ -89,15 +105,7 @@ def make_kv_cache_manager(
         # only where a later request can resume.
         prefix_cache_retention_interval=CacheConfig().prefix_cache_retention_interval,
     )
-    return KVCacheManager(
-        config,
-        max_model_len=MAX_MODEL_LEN,
-        scheduler_block_size=settings.block_size,
-        hash_block_size=settings.block_size,
-        enable_caching=True,
-        log_stats=log_stats,
-        enable_kv_cache_events=kv_events,
-    )
+    return config
 
 
 def kv_groups(settings: CacheSettings) -> list[dict[str, object]]:

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from collector.queries.summary import RunSummary, run_summary
 from collector.replay.block_manager import (
@@ -20,6 +21,11 @@ from collector.replay.block_manager import (
     require_vllm,
 )
 from collector.replay.cpu_tier import CpuTier
+from collector.replay.scheduler_replay import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    SchedulerLimits,
+    SchedulerReplay,
+)
 from collector.replay.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
 from collector.replay.tier_events import TierEvents
 from collector.replay.traces import TraceError, TraceRequest, read_trace
@@ -28,7 +34,7 @@ from engine_hooks.buffer import EventBuffer
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer
 
-TIMINGS = ("sequential", "timestamps")
+TIMINGS = ("sequential", "timestamps", "scheduler")
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class ReplayOptions:
     settings: CacheSettings = field(default_factory=CacheSettings)
     timing: str = "sequential"
     max_num_seqs: int = 256
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS  # scheduler timing
+    max_loras: int = 1  # scheduler timing
     step_model: StepModel = field(default_factory=StepModel)
     trace_format: str = "auto"
     limit: int | None = None
@@ -57,6 +65,8 @@ class ReplayOptions:
             raise ValueError(
                 f"unknown --cpu-tier-policy {self.cpu_tier_policy!r}; use one of {TIER_POLICIES}"
             )
+        if self.cpu_tier_blocks and self.timing == "scheduler":
+            raise ValueError("a CPU tier replays with the sequential or timestamps timing")
         if self.cpu_tier_blocks and self.settings.kv_layout != "full":
             raise ValueError(
                 "a CPU tier replays with one full-attention KV cache group only "
@@ -126,21 +136,74 @@ def replay_into(
     secret: bytes,
     progress: Callable[[int], None],
 ) -> None:
-    """Run the simulator with hooks attached, streaming records into `store`."""
+    """Replay with hooks attached, streaming records into `store`."""
     settings = options.settings
-    manager = make_kv_cache_manager(settings)
-    block_hasher = make_block_hasher(settings)
     clock = VirtualClock()
     buffer = EventBuffer()
-    hooks = KVCacheHooks(
-        manager,
-        buffer,
-        pseudonymizer=Pseudonymizer(secret, reveal_tenants=options.reveal_tenants),
-        clock=clock,
-        record_token_ids=options.record_token_ids,
-        check_collisions=options.check_collisions,
-    ).attach()
+    made: list[KVCacheHooks] = []
 
+    def make_hooks(manager: Any) -> KVCacheHooks:
+        hooks = KVCacheHooks(
+            manager,
+            buffer,
+            pseudonymizer=Pseudonymizer(secret, reveal_tenants=options.reveal_tenants),
+            clock=clock,
+            record_token_ids=options.record_token_ids,
+            check_collisions=options.check_collisions,
+        )
+        made.append(hooks)
+        return hooks
+
+    def drain() -> None:
+        store.append(buffer.take())
+
+    vllm_prefix_cache: tuple[int, int] | None
+    if options.timing == "scheduler":
+        replay = SchedulerReplay(
+            settings,
+            SchedulerLimits(
+                options.max_num_seqs, options.max_num_batched_tokens, options.max_loras
+            ),
+            step_model=options.step_model,
+            block_hasher=make_block_hasher(settings),
+            clock=clock,
+            on_step=drain,
+        )
+        replay.run(
+            requests, progress, hooks=lambda scheduler: make_hooks(scheduler.kv_cache_manager)
+        )
+        vllm_prefix_cache = (replay.prefix_cache_queries, replay.prefix_cache_hits)
+    else:
+        vllm_prefix_cache = _simulate(
+            store,
+            requests,
+            options,
+            clock=clock,
+            buffer=buffer,
+            make_hooks=make_hooks,
+            progress=progress,
+        )
+    lost = sum(hooks.num_lost for hooks in made)
+    if lost:
+        raise RuntimeError(f"replay lost {lost} records; this is a kvscope bug")
+    store.finalize(vllm_prefix_cache=vllm_prefix_cache)
+
+
+def _simulate(
+    store: RunStore,
+    requests: list[TraceRequest],
+    options: ReplayOptions,
+    *,
+    clock: VirtualClock,
+    buffer: EventBuffer,
+    make_hooks: Callable[[Any], KVCacheHooks],
+    progress: Callable[[int], None],
+) -> tuple[int, int] | None:
+    """kvscope's own timings (sequential, timestamps) over vLLM's KV cache manager, a CPU
+    tier beside it if asked; returns vLLM's prefix-cache counters."""
+    settings = options.settings
+    manager = make_kv_cache_manager(settings)
+    hooks = make_hooks(manager).attach()
     tier = (
         CpuTier(options.cpu_tier_blocks, options.cpu_tier_policy, events=True)
         if options.cpu_tier_blocks
@@ -153,6 +216,7 @@ def replay_into(
         if tier and publish:
             publish(clock(), tier.take_events())
 
+    block_hasher = make_block_hasher(settings)
     simulator = Simulator(manager, hooks, clock, block_hasher, on_step=drain, tier=tier)
     try:
         if options.timing == "sequential":
@@ -161,10 +225,8 @@ def replay_into(
             simulator.run_timestamps(requests, options.max_num_seqs, options.step_model, progress)
     finally:
         hooks.detach()
-    if hooks.num_lost:
-        raise RuntimeError(f"replay lost {hooks.num_lost} records; this is a kvscope bug")
     stats = manager.make_prefix_cache_stats()  # None only when built with log_stats=False
-    store.finalize(vllm_prefix_cache=(stats.queries, stats.hits) if stats else None)
+    return (stats.queries, stats.hits) if stats else None
 
 
 def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
@@ -180,6 +242,10 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
         vllm_version=require_vllm(),
         options={
             "step_model": asdict(options.step_model),
+            "max_num_batched_tokens": options.max_num_batched_tokens
+            if options.timing == "scheduler"
+            else None,
+            "max_loras": options.max_loras if options.timing == "scheduler" else None,
             "trace_format": options.trace_format,
             "limit": options.limit,
             "record_token_ids": options.record_token_ids,

@@ -1,0 +1,274 @@
+"""A replay through vLLM's own `Scheduler` (`--timing scheduler`): everything the scheduler
+does to a request, it does here, because it is the scheduler that does it.
+
+Requests enter `Scheduler.add_request` at their arrival times on a virtual clock. Every step
+calls `schedule()`, then `update_from_output()` with what a model runner would return: one
+sampled token for each request whose scheduled tokens reach its end (a prefill chunk that
+does not gets none, as vLLM's runner discards those), the trace's output tokens where it has
+them. So chunked prefill, `max_num_batched_tokens`, `max_num_seqs`, preemption and the
+prefix-cache lookups are the scheduler's own, as `vllm serve` makes them. kvscope's hooks
+attach as the engine plugin attaches them (engine_hooks/scheduler_hooks.py).
+
+A step lasts `step_ms`, plus `prefill_us_per_token` for each prompt token it computes (a
+resumed request's recomputed output tokens too) and `decode_us_per_token` for each decoded
+one: the cost model's parameters are options. The scheduler is built for a model that only
+needs a `config.json` (no weights, no tokenizer), with the replay's KV cache groups and pool.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collector.replay.block_manager import (
+    MAX_MODEL_LEN,
+    CacheSettings,
+    kv_cache_config,
+    make_request,
+    quiet_torch_imports,
+)
+from collector.replay.simulator import (
+    OUTPUT_TOKEN_BASE,
+    CacheTooSmall,
+    StepModel,
+    VirtualClock,
+)
+from collector.replay.traces import TraceRequest
+from engine_hooks.hooks import KVCacheHooks
+from engine_hooks.scheduler_hooks import SchedulerHooks
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from collector.replay.block_manager import BlockHasher
+
+# What vLLM's ModelConfig reads of a model: a small Llama. Its shape sizes nothing here (the
+# KV cache groups and the pool are the replay's); its context is the replay's longest.
+MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 32_000,
+    "max_position_embeddings": MAX_MODEL_LEN,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float16",
+}
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve`'s default on a GPU with chunked prefill
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """The scheduler settings a replay varies besides the cache."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_loras: int = 1  # vLLM's --max-loras
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_loras"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def make_scheduler(
+    settings: CacheSettings, limits: SchedulerLimits, model_dir: Path, lora: bool
+) -> Scheduler:
+    """vLLM's Scheduler with the settings' pool and KV cache groups, on the CPU."""
+    quiet_torch_imports()
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        LoRAConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    (model_dir / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    model = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN, dtype="float16"
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=limits.max_num_seqs,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
+        max_model_len=MAX_MODEL_LEN,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=True,
+    )
+    cache = CacheConfig(
+        block_size=settings.block_size,
+        enable_prefix_caching=True,
+        prefix_caching_hash_algo=settings.hash_algo,  # type: ignore[arg-type]
+    )
+    cache.num_gpu_blocks = settings.num_blocks
+    vllm_config = VllmConfig(
+        model_config=model,
+        scheduler_config=scheduler_config,
+        cache_config=cache,
+        device_config=DeviceConfig(device="cpu"),
+        lora_config=LoRAConfig(max_loras=limits.max_loras) if lora else None,
+    )
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config(settings),
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=settings.block_size,
+        hash_block_size=settings.block_size,
+        log_stats=True,
+    )
+
+
+class SchedulerReplay:
+    """One replay through vLLM's Scheduler, hooks attached (a bare run without them)."""
+
+    def __init__(
+        self,
+        settings: CacheSettings,
+        limits: SchedulerLimits,
+        *,
+        step_model: StepModel,
+        block_hasher: BlockHasher,
+        clock: VirtualClock,
+        on_step: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.limits = limits
+        self.step_model = step_model
+        self.block_hasher = block_hasher
+        self.clock = clock
+        self.on_step = on_step
+        self.scheduler: Any = None
+        self.steps = 0  # steps that scheduled something
+        self.prefix_cache_queries = 0  # vLLM's own PrefixCacheStats, summed over the steps
+        self.prefix_cache_hits = 0
+        self._trace: dict[str, tuple[int, TraceRequest]] = {}
+
+    def run(
+        self,
+        trace: list[TraceRequest],
+        progress: Callable[[int], None],
+        hooks: Callable[[Scheduler], KVCacheHooks] | None = None,
+    ) -> None:
+        """Replay `trace`; `hooks` builds the KV cache hooks for the scheduler's manager."""
+        self._trace = {request.request_id: (index, request) for index, request in enumerate(trace)}
+        lora = any(request.lora for request in trace)
+        with tempfile.TemporaryDirectory(prefix="kvscope-model-") as model_dir:
+            self.scheduler = make_scheduler(self.settings, self.limits, Path(model_dir), lora)
+        attached = None
+        if hooks is not None:
+            attached = SchedulerHooks(self.scheduler, hooks(self.scheduler), self._tenant)
+            attached.attach()
+        try:
+            self._steps(trace, progress)
+        finally:
+            if attached is not None:
+                attached.detach()
+
+    def _tenant(self, request: Any) -> str | None:
+        return self._trace[request.request_id][1].tenant
+
+    def _steps(self, trace: list[TraceRequest], progress: Callable[[int], None]) -> None:
+        scheduler = self.scheduler
+        pending = deque(sorted(trace, key=lambda request: request.timestamp_ms))
+        now_ms = 0.0
+        while pending or scheduler.has_requests():
+            if not scheduler.has_requests():
+                now_ms = max(now_ms, pending[0].timestamp_ms)
+            while pending and pending[0].timestamp_ms <= now_ms:
+                self._arrive(pending.popleft())
+            self.clock.set_ms(now_ms)
+            output = scheduler.schedule()
+            idle = output.total_num_scheduled_tokens == 0
+            if idle and scheduler.get_num_unfinished_requests():
+                if not pending:
+                    raise self._too_small()
+                now_ms = pending[0].timestamp_ms  # nothing fits until more arrive
+            prefill, decode = self._tokens(output)
+            results = scheduler.update_from_output(output, self._model_output(output))
+            for outputs in results.values():
+                progress(sum(out.finished for out in outputs.outputs))
+                stats = outputs.scheduler_stats
+                if stats is not None and stats.prefix_cache_stats is not None:
+                    self.prefix_cache_queries += stats.prefix_cache_stats.queries
+                    self.prefix_cache_hits += stats.prefix_cache_stats.hits
+            self.on_step()
+            if not idle:
+                self.steps += 1
+                step = self.step_model
+                now_ms += (
+                    step.step_ms
+                    + prefill * step.prefill_us_per_token / 1000
+                    + decode * step.decode_us_per_token / 1000
+                )
+
+    def _arrive(self, trace_request: TraceRequest) -> None:
+        self.clock.set_ms(trace_request.timestamp_ms)
+        request = make_request(
+            trace_request.request_id,
+            trace_request.prompt_token_ids(),
+            self.block_hasher,
+            max_tokens=trace_request.output_length,
+            arrival_time=trace_request.timestamp_ms / 1000,
+            lora_name=trace_request.lora,
+            cache_salt=trace_request.cache_salt,
+        )
+        self.scheduler.add_request(request)
+
+    def _tokens(self, output: SchedulerOutput) -> tuple[int, int]:
+        """The step's prefill tokens (prompt, or a resumed request's recomputed tokens) and
+        decoded ones."""
+        prefill = decode = 0
+        for request_id, count in output.num_scheduled_tokens.items():
+            request = self.scheduler.requests[request_id]
+            # The scheduler has counted this step's tokens as computed already.
+            if request.num_computed_tokens - count < request.num_tokens - 1:
+                prefill += count
+            else:
+                decode += count
+        return prefill, decode
+
+    def _model_output(self, output: SchedulerOutput) -> Any:
+        """What a model runner returns: a token for each request this step completes."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        request_ids = list(output.num_scheduled_tokens)
+        sampled = []
+        for request_id in request_ids:
+            request = self.scheduler.requests[request_id]
+            done = request.num_computed_tokens >= request.num_tokens
+            sampled.append([self._next_token(request)] if done else [])
+        return ModelRunnerOutput(
+            req_ids=request_ids,
+            req_id_to_index={request_id: i for i, request_id in enumerate(request_ids)},
+            sampled_token_ids=sampled,
+        )
+
+    def _next_token(self, request: Any) -> int:
+        index, trace_request = self._trace[request.request_id]
+        position = int(request.num_output_tokens)
+        recorded = trace_request.output_token_ids
+        if recorded is not None and position < len(recorded):
+            return int(recorded[position])
+        return OUTPUT_TOKEN_BASE + (index << 12) + position
+
+    def _too_small(self) -> CacheTooSmall:
+        request = next(iter(self.scheduler.waiting))
+        trace_request = self._trace[request.request_id][1]
+        usable = self.settings.num_blocks - 1
+        return CacheTooSmall(
+            trace_request.line,
+            f"request {trace_request.request_id} needs more than the {usable} usable blocks "
+            "of the cache; raise --num-blocks",
+        )

@@ -1,0 +1,82 @@
+"""A burst through a real vLLM engine on this CPU: every request added before its first step
+(the engine core in-process, so none arrives while it steps), each request's
+`num_cached_tokens` and output tokens written beside its prompt as a kvscope trace."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from tests.support.vllm_server import TOKEN_RANGE, engine_environment, vllm_python
+
+BURST_BLOCK_SIZE = 32
+BURST_NUM_BLOCKS = 48
+BURST_MAX_NUM_SEQS = 8
+BURST_MAX_NUM_BATCHED_TOKENS = 256
+
+ENGINE = """
+import json, sys
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+
+if __name__ == "__main__":
+    model, path, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    rows = [json.loads(line) for line in open(path)]
+    llm = LLM(model=model, skip_tokenizer_init=True, enable_prefix_caching=True,
+              max_model_len=1024, enforce_eager=True, **settings)
+    outputs = llm.generate(
+        [TokensPrompt(prompt_token_ids=row["token_ids"]) for row in rows],
+        [SamplingParams(max_tokens=row["output_length"], ignore_eos=True, temperature=0,
+                        detokenize=False) for row in rows],
+    )
+    with open(path, "w") as handle:
+        for row, output in zip(rows, outputs):
+            row["engine_cached_tokens"] = output.num_cached_tokens or 0
+            row["output_token_ids"] = list(output.outputs[0].token_ids)
+            handle.write(json.dumps(row) + "\\n")
+"""
+
+
+def burst_rows(seed: int, count: int) -> list[dict[str, Any]]:
+    """`count` requests at t=0 on six shared system prompts of 60 to 300 tokens, each with a
+    question of its own (5 to 200 tokens) and 1 to 60 output tokens."""
+    rng = random.Random(seed)
+    systems = [
+        [rng.randrange(*TOKEN_RANGE) for _ in range(rng.randrange(60, 300))] for _ in range(6)
+    ]
+    rows = []
+    for index in range(count):
+        question = [rng.randrange(*TOKEN_RANGE) for _ in range(rng.randrange(5, 200))]
+        rows.append(
+            {
+                "request_id": f"r{index}",
+                "timestamp": 0,
+                "token_ids": systems[rng.randrange(6)] + question,
+                "output_length": rng.randrange(1, 60),
+            }
+        )
+    return rows
+
+
+def run_burst(model: str, rows: list[dict[str, Any]], trace: Path) -> list[dict[str, Any]]:
+    """Send `rows` to a real engine at once; returns them with the engine's figures, and
+    leaves them in `trace`."""
+    import subprocess
+
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    settings = {
+        "block_size": BURST_BLOCK_SIZE,
+        "num_gpu_blocks_override": BURST_NUM_BLOCKS,
+        "max_num_seqs": BURST_MAX_NUM_SEQS,
+        "max_num_batched_tokens": BURST_MAX_NUM_BATCHED_TOKENS,
+    }
+    subprocess.run(
+        [str(vllm_python()), "-c", ENGINE, model, str(trace), json.dumps(settings)],
+        check=True,
+        timeout=600,
+        env=engine_environment(VLLM_ENABLE_V1_MULTIPROCESSING="0"),
+        capture_output=True,
+    )
+    return [json.loads(line) for line in trace.read_text().splitlines()]
