@@ -132,6 +132,30 @@ def test_whatif_sweeps_cpu_tiers_as_an_axis(tmp_path: Path) -> None:
         assert run_summary(run_file)["tier_hit_tokens"] == lru["tier_hit_tokens"]
 
 
+def test_whatif_replays_through_vllms_scheduler(tmp_path: Path) -> None:
+    run = tiny_run(tmp_path, chat_rows(), num_blocks=14, record_token_ids=True)
+    options = ReplayOptions(
+        settings=CacheSettings(4, 14),
+        timing="scheduler",
+        max_num_seqs=2,
+        max_num_batched_tokens=16,
+        reveal_tenants=True,
+    )
+    points = [SweepPoint(4, 14, 2), SweepPoint(4, 400, 2)]
+    small, large = run_sweep(
+        Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1
+    )
+    assert large["hit_tokens"] > small["hit_tokens"]
+    with RunFile.open(tmp_path / "sweep" / large["run"]) as run_file:
+        config = run_file.record(
+            "SELECT timing, options->>'max_num_batched_tokens' AS budget FROM runs"
+        )
+        summary = run_summary(run_file)
+    assert config == {"timing": "scheduler", "budget": "16"}
+    # vLLM's own counters, summed over the scheduler's steps, equal the hooks' lookups.
+    assert summary["vllm_prefix_cache_hits"] == summary["hit_tokens"] == large["hit_tokens"]
+
+
 def test_a_run_without_token_ids_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

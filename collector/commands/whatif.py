@@ -33,6 +33,7 @@ def _numbers(kind: type, text: str) -> list[Any]:
 def register(commands: Any) -> None:
     from collector.replay.block_manager import HASH_ALGOS
     from collector.replay.replayer import TIMINGS
+    from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     parser = commands.add_parser(
         "whatif",
@@ -56,6 +57,13 @@ def register(commands: Any) -> None:
         help="running requests at most, a comma-separated list (default: the run's)",
     )
     parser.add_argument("--timing", choices=TIMINGS, help="default: the run's, else sequential")
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help=f"tokens a step schedules at most (scheduler timing; "
+        f"{DEFAULT_MAX_NUM_BATCHED_TOKENS})",
+    )
     parser.add_argument("--hash-algo", choices=HASH_ALGOS, help="default: the run's, else sha256")
     add_layout_option(parser, default=None)
     add_format_option(parser)
@@ -146,6 +154,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
             args.kv_layout or defaults["kv_layout"],
         ),
         timing=args.timing or defaults["timing"],
+        max_num_batched_tokens=args.max_num_batched_tokens,
         reveal_tenants=reveal,
     )
     return base, defaults
