@@ -17,30 +17,16 @@ import json
 import tempfile
 from pathlib import Path
 
-from collector.replay.block_manager import CacheSettings
-from collector.replay.replayer import ReplayOptions, replay
-from collector.store.run_file import RunFile
 from tests.support.burst_engine import (
     BURST_BLOCK_SIZE,
     BURST_MAX_NUM_BATCHED_TOKENS,
     BURST_MAX_NUM_SEQS,
     BURST_NUM_BLOCKS,
     burst_rows,
+    replayed_hits,
     run_burst,
 )
 from tests.support.vllm_server import build_model
-
-
-def replayed(trace: Path, out: Path, timing: str) -> dict[str, int]:
-    options = ReplayOptions(
-        settings=CacheSettings(BURST_BLOCK_SIZE, BURST_NUM_BLOCKS),
-        timing=timing,
-        max_num_seqs=BURST_MAX_NUM_SEQS,
-        max_num_batched_tokens=BURST_MAX_NUM_BATCHED_TOKENS,
-    )
-    replay(trace, out, options, b"benchmark")
-    with RunFile.open(out) as run:
-        return dict(run.rows("SELECT request_id, num_hit_tokens FROM requests"))
 
 
 def main() -> None:
@@ -60,7 +46,7 @@ def main() -> None:
             f"step; engine token hit ratio {sum(engine.values()) / prompt_tokens:.4f}"
         )
         for timing in ("scheduler", "timestamps"):
-            hits = replayed(work / "trace.jsonl", work / f"{timing}.duckdb", timing)
+            hits = replayed_hits(work / "trace.jsonl", work / f"{timing}.duckdb", timing)
             differ = {rid: (engine[rid], hits[rid]) for rid in engine if hits[rid] != engine[rid]}
             print(
                 f"{timing:>10}: {len(engine) - len(differ)} of {len(engine)} requests agree, "

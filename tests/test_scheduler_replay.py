@@ -12,36 +12,20 @@ from typing import Any
 import pytest
 
 from collector.replay.block_manager import CacheSettings, make_block_hasher
-from collector.replay.replayer import ReplayOptions, replay
 from collector.replay.scheduler_replay import SchedulerLimits, SchedulerReplay
 from collector.replay.simulator import StepModel, VirtualClock
 from collector.replay.traces import read_trace
-from collector.store.run_file import RunFile
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Lookup, Schedule
 from tests.support.burst_engine import (
-    BURST_BLOCK_SIZE,
     BURST_MAX_NUM_BATCHED_TOKENS,
     BURST_MAX_NUM_SEQS,
     BURST_NUM_BLOCKS,
     burst_rows,
+    replayed_hits,
     run_burst,
 )
-from tests.support.repo import SECRET
 from tests.support.vllm_server import VllmServer, build_model, engine_environment
-
-
-def replayed_hits(trace: Path, out: Path, timing: str) -> dict[str, int]:
-    """Each request's prefix-hit tokens in a replay of `trace` with the burst's settings."""
-    options = ReplayOptions(
-        settings=CacheSettings(BURST_BLOCK_SIZE, BURST_NUM_BLOCKS),
-        timing=timing,
-        max_num_seqs=BURST_MAX_NUM_SEQS,
-        max_num_batched_tokens=BURST_MAX_NUM_BATCHED_TOKENS,
-    )
-    replay(trace, out, options, SECRET)
-    with RunFile.open(out) as run:
-        return dict(run.rows("SELECT request_id, num_hit_tokens FROM requests"))
 
 
 @pytest.mark.slow  # a real engine on this CPU

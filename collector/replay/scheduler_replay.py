@@ -29,7 +29,6 @@ from collector.replay.block_manager import (
     MAX_MODEL_LEN,
     CacheSettings,
     kv_cache_config,
-    make_request,
     quiet_torch_imports,
 )
 from collector.replay.simulator import (
@@ -37,6 +36,7 @@ from collector.replay.simulator import (
     CacheTooSmall,
     StepModel,
     VirtualClock,
+    vllm_request,
 )
 from collector.replay.traces import TraceRequest
 from engine_hooks.hooks import KVCacheHooks
@@ -215,16 +215,7 @@ class SchedulerReplay:
 
     def _arrive(self, trace_request: TraceRequest) -> None:
         self.clock.set_ms(trace_request.timestamp_ms)
-        request = make_request(
-            trace_request.request_id,
-            trace_request.prompt_token_ids(),
-            self.block_hasher,
-            max_tokens=trace_request.output_length,
-            arrival_time=trace_request.timestamp_ms / 1000,
-            lora_name=trace_request.lora,
-            cache_salt=trace_request.cache_salt,
-        )
-        self.scheduler.add_request(request)
+        self.scheduler.add_request(vllm_request(trace_request, self.block_hasher))
 
     def _tokens(self, output: SchedulerOutput) -> tuple[int, int]:
         """The step's prefill tokens (prompt, or a resumed request's recomputed tokens) and
@@ -265,10 +256,6 @@ class SchedulerReplay:
 
     def _too_small(self) -> CacheTooSmall:
         request = next(iter(self.scheduler.waiting))
-        trace_request = self._trace[request.request_id][1]
-        usable = self.settings.num_blocks - 1
-        return CacheTooSmall(
-            trace_request.line,
-            f"request {trace_request.request_id} needs more than the {usable} usable blocks "
-            "of the cache; raise --num-blocks",
+        return CacheTooSmall.for_request(
+            self._trace[request.request_id][1], self.settings.num_blocks
         )

@@ -55,6 +55,28 @@ class CacheTooSmall(ValueError):
         self.line = line
         self.reason = reason
 
+    @classmethod
+    def for_request(cls, trace_request: TraceRequest, num_blocks: int) -> CacheTooSmall:
+        """`trace_request` does not fit in a pool of `num_blocks` (the null block included)."""
+        return cls(
+            trace_request.line,
+            f"request {trace_request.request_id} needs more than the {num_blocks - 1} usable "
+            "blocks of the cache; raise --num-blocks",
+        )
+
+
+def vllm_request(trace_request: TraceRequest, block_hasher: BlockHasher) -> Request:
+    """The vLLM `Request` of a trace's request, arriving at its trace time."""
+    return make_request(
+        trace_request.request_id,
+        trace_request.prompt_token_ids(),
+        block_hasher,
+        max_tokens=trace_request.output_length,
+        arrival_time=trace_request.timestamp_ms / 1000,
+        lora_name=trace_request.lora,
+        cache_salt=trace_request.cache_salt,
+    )
+
 
 @dataclass(frozen=True)
 class StepModel:
@@ -102,15 +124,7 @@ class Simulator:
     # -- shared steps ---------------------------------------------------------------
 
     def _arrive(self, trace_request: TraceRequest, index: int) -> Request:
-        request = make_request(
-            trace_request.request_id,
-            trace_request.prompt_token_ids(),
-            self.block_hasher,
-            max_tokens=trace_request.output_length,
-            arrival_time=trace_request.timestamp_ms / 1000,
-            lora_name=trace_request.lora,
-            cache_salt=trace_request.cache_salt,
-        )
+        request = vllm_request(trace_request, self.block_hasher)
         self._index[request.request_id] = index
         if self.hooks:
             self.hooks.on_arrive(request, tenant=trace_request.tenant)
@@ -189,12 +203,7 @@ class Simulator:
         self.on_step()
 
     def _too_small(self, trace_request: TraceRequest) -> CacheTooSmall:
-        usable = self.manager.block_pool.num_gpu_blocks - 1
-        return CacheTooSmall(
-            trace_request.line,
-            f"request {trace_request.request_id} needs more than the {usable} usable blocks "
-            "of the cache; raise --num-blocks",
-        )
+        return CacheTooSmall.for_request(trace_request, self.manager.block_pool.num_gpu_blocks)
 
     # -- sequential -----------------------------------------------------------------
 

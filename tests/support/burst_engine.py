@@ -80,3 +80,21 @@ def run_burst(model: str, rows: list[dict[str, Any]], trace: Path) -> list[dict[
         capture_output=True,
     )
     return [json.loads(line) for line in trace.read_text().splitlines()]
+
+
+def replayed_hits(trace: Path, out: Path, timing: str) -> dict[str, int]:
+    """Each request's prefix-hit tokens in a replay of `trace` with the burst's settings."""
+    from collector.replay.block_manager import CacheSettings
+    from collector.replay.replayer import ReplayOptions, replay
+    from collector.store.run_file import RunFile
+    from tests.support.repo import SECRET
+
+    options = ReplayOptions(
+        settings=CacheSettings(BURST_BLOCK_SIZE, BURST_NUM_BLOCKS),
+        timing=timing,
+        max_num_seqs=BURST_MAX_NUM_SEQS,
+        max_num_batched_tokens=BURST_MAX_NUM_BATCHED_TOKENS,
+    )
+    replay(trace, out, options, SECRET)
+    with RunFile.open(out) as run:
+        return dict(run.rows("SELECT request_id, num_hit_tokens FROM requests"))

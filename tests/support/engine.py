@@ -17,22 +17,15 @@ from typing import Any
 
 import pytest
 
+from collector.replay.scheduler_replay import MODEL_CONFIG
 from collector.replay.workload import WorkloadShape, generate
 from collector.store.run_file import RunFile
 from tests.support.repo import REPO
 
+# The scheduler replay's model config, at an 8k context, with BOS and EOS.
 TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 32000,
+    **MODEL_CONFIG,
     "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float16",
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
