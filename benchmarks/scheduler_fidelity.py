@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
 from tests.support.burst_engine import (
     BURST_BLOCK_SIZE,
