@@ -45,13 +45,17 @@ def test_a_burst_matches_the_real_engine_request_by_request(tmp_path: Path) -> N
 
 @pytest.mark.slow  # a real vLLM OpenAI server on this CPU
 def test_timed_arrivals_agree_with_the_real_server_in_aggregate(tmp_path: Path) -> None:
-    # 60 requests 300 ms apart through the OpenAI server: the server's steps take what this
-    # CPU takes, the replay's what its cost model says. At 150 ms apart three requests met in
-    # the pool differently (an earlier request with their system prompt not yet scheduled in
-    # the server, already in the replay; the step model did the same), 0.011 apart in
-    # aggregate; at 300 ms every request agreed. The assertion is the issue's: within 0.01.
+    # 60 requests 300 ms apart through the OpenAI server, 1 to 8 output tokens each. The
+    # server's steps take what this CPU takes, the replay's what its cost model says: where
+    # requests overlap, the CPU's load decides how they meet in the pool. With up to 60
+    # output tokens each the aggregate came out 0.013 apart on a loaded CI machine (0.3265
+    # against 0.3396) and equal on a quiet one; short outputs keep the overlap to what the
+    # cost model can know. The assertion is the issue's: within 0.01.
     model = build_model(tmp_path / "model")
-    rows = [row | {"timestamp": index * 300} for index, row in enumerate(burst_rows(7, 60))]
+    rows = [
+        row | {"timestamp": index * 300, "output_length": min(row["output_length"], 8)}
+        for index, row in enumerate(burst_rows(7, 60))
+    ]
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = ["--max-num-seqs", str(BURST_MAX_NUM_SEQS)]
