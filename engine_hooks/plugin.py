@@ -155,7 +155,7 @@ class Capture:
             max_backlog_bytes=int(config.max_backlog_mb * (1 << 20)),
             token=engine_token(),
         )
-        self.attached = SchedulerHooks(scheduler, self.hooks, self.tenant_of)
+        self.scheduler_hooks = SchedulerHooks(scheduler, self.hooks, self.tenant_of)
 
     def _run_config(self) -> dict[str, Any]:
         import vllm
@@ -174,7 +174,7 @@ class Capture:
         }
 
     def start(self) -> Capture:
-        self.attached.attach()
+        self.scheduler_hooks.attach()
         self.scheduler.shutdown = self._wrap_shutdown(self.scheduler.shutdown)
         self.transport.start()
         atexit.register(self.stop)
@@ -187,10 +187,10 @@ class Capture:
 
     def stop(self) -> None:
         """Detach everything and flush what is buffered to the collector (idempotent)."""
-        if not self.attached.attached:
+        if not self.scheduler_hooks.attached:
             return
         del self.scheduler.shutdown
-        self.attached.detach()
+        self.scheduler_hooks.detach()
         transport = self.transport
         transport.stop(self.config.flush_timeout_s)
         atexit.unregister(self.stop)

@@ -11,8 +11,6 @@ import pandas as pd
 
 from collector.store.run_file import RunFile
 
-MEDIUM_GPU = "GPU"  # vLLM's name for the prefix cache's own pool (older vLLMs send none)
-
 # Per event that changes whether a block is held: its time, medium and change (+1 / -1).
 # A block is one (DP rank, KV cache group, hash). vLLM's offloading connector announces a hash
 # again for each offloaded chunk that contains it, and the GPU pool for each block cached under

@@ -32,10 +32,10 @@ from collector.replay.block_manager import (
     quiet_torch_imports,
 )
 from collector.replay.simulator import (
-    OUTPUT_TOKEN_BASE,
     CacheTooSmall,
     StepModel,
     VirtualClock,
+    output_token,
     vllm_request,
 )
 from collector.replay.traces import TraceRequest
@@ -248,11 +248,7 @@ class SchedulerReplay:
 
     def _next_token(self, request: Any) -> int:
         index, trace_request = self._trace[request.request_id]
-        position = int(request.num_output_tokens)
-        recorded = trace_request.output_token_ids
-        if recorded is not None and position < len(recorded):
-            return int(recorded[position])
-        return OUTPUT_TOKEN_BASE + (index << 12) + position
+        return output_token(trace_request, index, int(request.num_output_tokens))
 
     def _too_small(self) -> CacheTooSmall:
         request = next(iter(self.scheduler.waiting))

@@ -65,6 +65,15 @@ class CacheTooSmall(ValueError):
         )
 
 
+def output_token(trace_request: TraceRequest, index: int, position: int) -> int:
+    """The output token at `position` of the trace's request number `index`: the trace's own
+    where it has one, else one no prompt holds (unique to the request and the position)."""
+    recorded = trace_request.output_token_ids
+    if recorded is not None and position < len(recorded):
+        return int(recorded[position])
+    return OUTPUT_TOKEN_BASE + (index << 12) + position
+
+
 def vllm_request(trace_request: TraceRequest, block_hasher: BlockHasher) -> Request:
     """The vLLM `Request` of a trace's request, arriving at its trace time."""
     return make_request(
@@ -141,8 +150,9 @@ class Simulator:
         # As the scheduler does: a window group then keeps the blocks at the boundary of a
         # prefix another group cached further (the hit's third value), to serve it later.
         request.shared_prefix_boundary = boundary
+        block_size = self.manager.block_pool.hash_block_size
         tier_keys, num_tier_blocks = self._look_up_tier(request, num_hit_tokens)
-        num_tier_tokens = num_tier_blocks * self.manager.block_pool.hash_block_size
+        num_tier_tokens = num_tier_blocks * block_size
         num_new_tokens = request.num_tokens - num_hit_tokens - num_tier_tokens
         if (
             self.manager.allocate_slots(
@@ -161,8 +171,7 @@ class Simulator:
             self.tier.load(tier_keys[:num_tier_blocks])
             # The connector offers the tier the prompt's full blocks from the first on (GPU
             # hits too: it holds what it holds, and takes the rest).
-            num_full = request.num_prompt_tokens // self.manager.block_pool.hash_block_size
-            self.tier.store(request.block_hashes[:num_full])
+            self.tier.store(request.block_hashes[: request.num_prompt_tokens // block_size])
             self.tier.finish()
         self.manager.record_prefix_cache_stats(request, num_hit_tokens)
         request.status = RequestStatus.RUNNING
@@ -184,10 +193,10 @@ class Simulator:
         return keys, self.tier.lookup(keys[:limit])
 
     def _output_tokens(self, trace_request: TraceRequest, start: int, count: int) -> list[int]:
-        if trace_request.output_token_ids is not None:
-            return list(trace_request.output_token_ids[start : start + count])
-        base = OUTPUT_TOKEN_BASE + (self._index[trace_request.request_id] << 12)
-        return [base + position for position in range(start, start + count)]
+        index = self._index[trace_request.request_id]
+        return [
+            output_token(trace_request, index, position) for position in range(start, start + count)
+        ]
 
     def _finish(self, request: Request) -> None:
         from vllm.v1.request import RequestStatus

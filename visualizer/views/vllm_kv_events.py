@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.live.vllm_kv.wire import MEDIUM_GPU
 from collector.queries import vllm_kv as vllm_kv_queries
 from collector.store.run_file import RunFile
 from visualizer.charts import vllm_kv as vllm_kv_charts
@@ -88,7 +89,7 @@ def render() -> None:
         st.markdown(HOW_TO_COLLECT)
     else:
         media = vllm_kv_queries.vllm_kv_media(run)
-        has_tiers = bool((media["medium"] != vllm_kv_queries.MEDIUM_GPU).any())
+        has_tiers = bool((media["medium"] != MEDIUM_GPU).any())
         render_received(run, summary, media if has_tiers else None)
     st.subheader("What vLLM's KV events cannot tell")
     st.markdown(LIMITS + TIER_LIMITS if has_tiers else LIMITS)
@@ -151,7 +152,7 @@ def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
         key="vllm_kv_tier_occupancy",
     )
     for medium, name in zip(media["medium"], names, strict=True):
-        if medium == vllm_kv_queries.MEDIUM_GPU or len(media) == 1:
+        if medium == MEDIUM_GPU or len(media) == 1:
             continue  # the chart above shows a lone tier's events already
         activity = vllm_kv_queries.vllm_kv_activity(run, medium=medium)
         title = f"What the {name}'s events reported over time"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import msgspec
 
 from collector.live.vllm_kv.wire import (
+    MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -41,7 +42,6 @@ from collector.live.vllm_kv.wire import (
 )
 
 _ENCODER = msgspec.msgpack.Encoder()
-MEDIUM_GPU = "GPU"  # vLLM's name for the prefix cache's own pool
 
 
 def _digest(value: object) -> bytes:

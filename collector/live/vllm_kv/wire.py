@@ -17,6 +17,8 @@ import msgspec
 
 HASH64_MASK = (1 << 64) - 1
 
+MEDIUM_GPU = "GPU"  # vLLM's name for the prefix cache's own pool (older vLLMs send no medium)
+
 # Block hashes as vLLM publishes them: the low 64 bits as an int by default
 # (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1), the full hash bytes when that is 0.
 WireBlockHash = int | bytes
