@@ -17,6 +17,7 @@ from tests.support.browser import (
     chromium,
     png_is_not_blank,
     screenshot_page,
+    texts,
 )
 from tests.support.repo import REPO, SAMPLE_RUN
 from visualizer.pages import PAGES
@@ -71,31 +72,42 @@ def test_clicking_a_prefix_tree_node_picks_that_block(tmp_path: Path) -> None:
         screenshot_page(driver, f"{url}/prefix_tree", tmp_path / "tree.png", 1)
 
         def block_shown() -> str:
-            headers = driver.find_elements(By.CSS_SELECTOR, "h3")
-            return next(h.text for h in headers if h.text.startswith("Block "))
+            return next((h for h in texts(driver, "h3") if h.startswith("Block ")), "")
 
-        def any_block_shown() -> bool:
-            headers = driver.find_elements(By.CSS_SELECTOR, "h3")
-            return any(h.text.startswith("Block ") for h in headers)
-
-        before = block_shown() if any_block_shown() else ""
+        before = block_shown()
         nodes = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot g.slice")
         # The second-hottest family's system prompt, its label the start of its text.
         target = next(node for node in nodes if node.text.startswith("You are the customer"))
         snippet = target.text.split("…")[0]
         ActionChains(driver).move_to_element(target).click().perform()
-        deadline = time.monotonic() + 30
-        while (not any_block_shown() or block_shown() == before) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        chosen = block_shown().removeprefix("Block ")
+        picker_css = 'input[aria-label="Block (or click one in the tree): the tree zooms to it"]'
+
+        def settled() -> tuple[str, str, list[str]]:
+            """The block shown, the select box's value and the captions, once the rerun that the
+            click started has drawn all three (or at the deadline)."""
+            deadline = time.monotonic() + 30
+            while True:
+                chosen = block_shown().removeprefix("Block ")
+                picked = driver.execute_script(
+                    "const box = document.querySelector(arguments[0]);return box ? box.value : ''",
+                    picker_css,
+                )
+                captions = texts(driver, '[data-testid="stCaptionContainer"]')
+                positions = picked.split(" · ")[0]
+                done = (
+                    chosen
+                    and f"Block {chosen}" != before
+                    and picked.endswith(chosen[:8])
+                    and any(text.startswith(f"{positions} of the prompt") for text in captions)
+                )
+                if done or time.monotonic() > deadline:
+                    return chosen, picked, captions
+                time.sleep(0.5)
+
+        chosen, picked, captions = settled()
         # The select box and the block's details follow the click.
-        picker = driver.find_element(
-            By.CSS_SELECTOR,
-            'input[aria-label="Block (or click one in the tree): the tree zooms to it"]',
-        )
-        picked = picker.get_attribute("value")
+        assert chosen and f"Block {chosen}" != before
         assert snippet in picked and picked.endswith(chosen[:8])
         positions = picked.split(" · ")[0]
         assert positions.startswith("pos 0-")
-        captions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stCaptionContainer"]')
-        assert any(text.text.startswith(f"{positions} of the prompt") for text in captions)
+        assert any(text.startswith(f"{positions} of the prompt") for text in captions)

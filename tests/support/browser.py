@@ -90,6 +90,15 @@ def chromium() -> Iterator[Any]:
         driver.quit()
 
 
+def texts(driver: Any, css: str) -> list[str]:
+    """The text of every element that matches `css`, read in one script: Streamlit re-renders
+    between a lookup and a read, and a held element reference can go stale in between."""
+    found = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.innerText)", css
+    )
+    return [str(text) for text in found]
+
+
 def screenshot_page(
     driver: Any, url: str, path: Path, min_charts: int, timeout_s: float = 60
 ) -> dict[str, Any]:
@@ -105,7 +114,7 @@ def screenshot_page(
             break
         time.sleep(0.5)
     time.sleep(1.5)  # let the last chart finish its transition
-    exceptions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    exceptions = texts(driver, '[data-testid="stException"]')
     # Streamlit scrolls its main section, not the body: measure the page's content.
     height = driver.execute_script(
         "const content = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
@@ -116,7 +125,7 @@ def screenshot_page(
     driver.save_screenshot(str(path))
     return {
         "charts": len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")),
-        "exceptions": [element.text for element in exceptions],
+        "exceptions": exceptions,
         "title": driver.title,
     }
 
