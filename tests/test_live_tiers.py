@@ -86,3 +86,41 @@ def test_the_replay_agrees_with_vllms_connector_on_a_mixed_workload(tmp_path: Pa
     run = tiny_run(tmp_path, rows, block_size=BLOCK_SIZE, num_blocks=200, cpu_tier_blocks=2_000)
     assert replayed_hits(run) == live
     assert sum(tier for _, tier in live.values()) > 0
+
+
+@pytest.mark.parametrize("cpu_tier_blocks", [2_000, 400])
+def test_a_scheduler_replay_with_a_tier_is_vllms_connector_request_by_request(
+    tmp_path: Path, cpu_tier_blocks: int
+) -> None:
+    # `--timing scheduler` runs the tier through vLLM's own OffloadingConnector, so it agrees
+    # with it on every request, also with a tier that must drop blocks (400), where the
+    # sequential replay's one-pass model of the connector misses 2 of 200.
+    prompts = [row["token_ids"] for row in workload()[:200]]
+    scheduler = make_scheduler(
+        tmp_path / "model", BLOCK_SIZE, 200, 1, cpu_tier_blocks=cpu_tier_blocks
+    )
+    buffer = EventBuffer()
+    hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
+    hooks.attach()
+    drive_with_tier(scheduler, prompts, output_length=2, one_at_a_time=True)
+    live = recorded_hits(buffer)
+    rows = [
+        {
+            "request_id": f"r{index}",
+            "timestamp": index * 10_000,  # ms apart: one request at a time
+            "token_ids": tokens,
+            "output_length": 2,
+        }
+        for index, tokens in enumerate(prompts)
+    ]
+    run = tiny_run(
+        tmp_path,
+        rows,
+        block_size=BLOCK_SIZE,
+        num_blocks=200,
+        timing="scheduler",
+        max_num_seqs=1,
+        cpu_tier_blocks=cpu_tier_blocks,
+    )
+    assert replayed_hits(run) == live
+    assert sum(tier for _, tier in live.values()) > 0

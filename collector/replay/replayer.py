@@ -25,6 +25,7 @@ from collector.replay.scheduler_replay import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     SchedulerLimits,
     SchedulerReplay,
+    TierSettings,
 )
 from collector.replay.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
 from collector.replay.tier_events import TierEvents
@@ -65,8 +66,6 @@ class ReplayOptions:
             raise ValueError(
                 f"unknown --cpu-tier-policy {self.cpu_tier_policy!r}; use one of {TIER_POLICIES}"
             )
-        if self.cpu_tier_blocks and self.timing == "scheduler":
-            raise ValueError("a CPU tier replays with the sequential or timestamps timing")
         if self.cpu_tier_blocks and self.settings.kv_layout != "full":
             raise ValueError(
                 "a CPU tier replays with one full-attention KV cache group only "
@@ -168,6 +167,10 @@ def replay_into(
             block_hasher=make_block_hasher(settings),
             clock=clock,
             on_step=drain,
+            tier=TierSettings(options.cpu_tier_blocks, options.cpu_tier_policy)
+            if options.cpu_tier_blocks
+            else None,
+            tier_events=TierEvents(store, settings.block_size) if options.cpu_tier_blocks else None,
         )
         replay.run(
             requests, progress, hooks=lambda scheduler: make_hooks(scheduler.kv_cache_manager)

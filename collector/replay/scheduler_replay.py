@@ -9,6 +9,13 @@ them. So chunked prefill, `max_num_batched_tokens`, `max_num_seqs`, preemption a
 prefix-cache lookups are the scheduler's own, as `vllm serve` makes them. kvscope's hooks
 attach as the engine plugin attaches them (engine_hooks/scheduler_hooks.py).
 
+A CPU tier is vLLM's own: the scheduler gets the OffloadingConnector that
+`--kv-offloading-size` sets up, and the connector's scheduler side plans its loads and stores.
+The worker side's copies need a GPU, so a stand-in worker reports every planned transfer done
+at the end of the step that planned it (what is cached where is the connector's; how long a
+copy takes is not modelled). The tier's stores and drops are the KV events of medium "CPU"
+that the scheduler publishes, recorded as a live engine's are (collector/replay/tier_events.py).
+
 A step lasts `step_ms`, plus `prefill_us_per_token` for each prompt token it computes (a
 resumed request's recomputed output tokens too) and `decode_us_per_token` for each decoded
 one: the cost model's parameters are options. The scheduler is built for a model that only
@@ -18,6 +25,7 @@ needs a `config.json` (no weights, no tokenizer), with the replay's KV cache gro
 from __future__ import annotations
 
 import json
+import mmap
 import tempfile
 from collections import deque
 from collections.abc import Callable
@@ -38,13 +46,16 @@ from collector.replay.simulator import (
     output_token,
     vllm_request,
 )
+from collector.replay.tier_events import TierEvents
 from collector.replay.traces import TraceRequest
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.scheduler_hooks import SchedulerHooks
 
 if TYPE_CHECKING:
+    from vllm.config import KVTransferConfig
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
     from collector.replay.block_manager import BlockHasher
 
@@ -67,6 +78,14 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve`'s default on a GPU with ch
 
 
 @dataclass(frozen=True)
+class TierSettings:
+    """A CPU tier of `num_blocks` GPU-block-sized chunks under vLLM's `policy`."""
+
+    num_blocks: int
+    policy: str = "lru"
+
+
+@dataclass(frozen=True)
 class SchedulerLimits:
     """The scheduler settings a replay varies besides the cache."""
 
@@ -81,9 +100,14 @@ class SchedulerLimits:
 
 
 def make_scheduler(
-    settings: CacheSettings, limits: SchedulerLimits, model_dir: Path, lora: bool
+    settings: CacheSettings,
+    limits: SchedulerLimits,
+    model_dir: Path,
+    lora: bool,
+    tier: TierSettings | None = None,
 ) -> Scheduler:
-    """vLLM's Scheduler with the settings' pool and KV cache groups, on the CPU."""
+    """vLLM's Scheduler with the settings' pool and KV cache groups, on the CPU; with `tier`,
+    vLLM's native CPU offloading as `--kv-offloading-size` sets it up (its KV events on)."""
     quiet_torch_imports()
     from vllm.config import (
         CacheConfig,
@@ -93,6 +117,7 @@ def make_scheduler(
         SchedulerConfig,
         VllmConfig,
     )
+    from vllm.config.kv_events import KVEventsConfig
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.structured_output import StructuredOutputManager
 
@@ -113,20 +138,41 @@ def make_scheduler(
         prefix_caching_hash_algo=settings.hash_algo,  # type: ignore[arg-type]
     )
     cache.num_gpu_blocks = settings.num_blocks
+    config = kv_cache_config(settings)
     vllm_config = VllmConfig(
         model_config=model,
         scheduler_config=scheduler_config,
         cache_config=cache,
         device_config=DeviceConfig(device="cpu"),
         lora_config=LoRAConfig(max_loras=limits.max_loras) if lora else None,
+        kv_transfer_config=_offloading(config, tier) if tier else None,
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=tier is not None, publisher="null"),
     )
     return Scheduler(
         vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config(settings),
+        kv_cache_config=config,
         structured_output_manager=StructuredOutputManager(vllm_config),
         block_size=settings.block_size,
         hash_block_size=settings.block_size,
         log_stats=True,
+    )
+
+
+def _offloading(config: KVCacheConfig, tier: TierSettings) -> KVTransferConfig:
+    """The OffloadingConnector as `--kv-offloading-size` configures it, sized to hold
+    `tier.num_blocks` of the replay's blocks (vLLM rounds each chunk up to whole memory pages,
+    and the replay's tiny blocks are smaller than one)."""
+    from vllm.config import KVTransferConfig
+
+    (group,) = config.kv_cache_groups
+    page_bytes = -(-group.kv_cache_spec.page_size_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+    return KVTransferConfig(
+        kv_connector="OffloadingConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={
+            "cpu_bytes_to_use": tier.num_blocks * page_bytes,
+            "eviction_policy": tier.policy,
+        },
     )
 
 
@@ -142,9 +188,13 @@ class SchedulerReplay:
         block_hasher: BlockHasher,
         clock: VirtualClock,
         on_step: Callable[[], None],
+        tier: TierSettings | None = None,
+        tier_events: TierEvents | None = None,
     ) -> None:
         self.settings = settings
         self.limits = limits
+        self.tier = tier
+        self.tier_events = tier_events
         self.step_model = step_model
         self.block_hasher = block_hasher
         self.clock = clock
@@ -165,7 +215,11 @@ class SchedulerReplay:
         self._trace = {request.request_id: (index, request) for index, request in enumerate(trace)}
         lora = any(request.lora for request in trace)
         with tempfile.TemporaryDirectory(prefix="kvscope-model-") as model_dir:
-            self.scheduler = make_scheduler(self.settings, self.limits, Path(model_dir), lora)
+            self.scheduler = make_scheduler(
+                self.settings, self.limits, Path(model_dir), lora, self.tier
+            )
+        if self.tier_events is not None:
+            self.scheduler.kv_event_publisher = _TierPublisher(self.tier_events, self.clock)
         attached = None
         if hooks is not None:
             attached = SchedulerHooks(self.scheduler, hooks(self.scheduler), self._tenant)
@@ -191,7 +245,8 @@ class SchedulerReplay:
             self.clock.set_ms(now_ms)
             output = scheduler.schedule()
             idle = output.total_num_scheduled_tokens == 0
-            if idle and scheduler.get_num_unfinished_requests():
+            waiting = idle and not (self.tier and _transfers_planned(output))
+            if waiting and scheduler.get_num_unfinished_requests():
                 if not pending:
                     raise self._too_small()
                 now_ms = pending[0].timestamp_ms  # nothing fits until more arrive
@@ -244,6 +299,7 @@ class SchedulerReplay:
             req_ids=request_ids,
             req_id_to_index={request_id: i for i, request_id in enumerate(request_ids)},
             sampled_token_ids=sampled,
+            kv_connector_output=_transfers_done(output) if self.tier else None,
         )
 
     def _next_token(self, request: Any) -> int:
@@ -255,3 +311,50 @@ class SchedulerReplay:
         return CacheTooSmall.for_request(
             self._trace[request.request_id][1], self.settings.num_blocks
         )
+
+
+def _transfers_planned(output: SchedulerOutput) -> bool:
+    """Whether the offloading connector planned loads or stores in the step: a step that
+    only loads a request's blocks back schedules no token, and is no sign of a full pool."""
+    plan: Any = output.kv_connector_metadata
+    return bool(plan.load_jobs or plan.store_jobs)
+
+
+def _transfers_done(output: SchedulerOutput) -> Any:
+    """What the offloading worker reports at the end of a step: every transfer the connector
+    planned for it done, and the requests whose loads those were ready to run."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingWorkerMetadata,
+    )
+    from vllm.v1.outputs import KVConnectorOutput
+
+    plan: Any = output.kv_connector_metadata  # the OffloadingConnector's metadata
+    jobs = {**plan.load_jobs, **plan.store_jobs}
+    loaded = {job.req_id for job in plan.load_jobs.values()}
+    return KVConnectorOutput(
+        finished_recving=loaded or None,
+        kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=dict.fromkeys(jobs, 1)),
+    )
+
+
+class _TierPublisher:
+    """Stands in for the scheduler's KV event publisher: keeps the tier's events (medium
+    "CPU"), read as a collector reads them off the wire, at the replay's clock."""
+
+    def __init__(self, tier_events: TierEvents, clock: VirtualClock) -> None:
+        self._tier_events = tier_events
+        self._clock = clock
+
+    def publish(self, batch: Any) -> None:
+        import msgspec
+        from vllm.distributed.kv_events import KVEventBatch
+
+        from collector.live.vllm_kv.wire import decode_batch
+
+        tier = [event for event in batch.events if getattr(event, "medium", None) == "CPU"]
+        if tier:
+            payload = msgspec.msgpack.encode(KVEventBatch(ts=batch.ts, events=tier))
+            self._tier_events.append(self._clock(), decode_batch(payload).events)
+
+    def shutdown(self) -> None:
+        pass

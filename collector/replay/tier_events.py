@@ -5,9 +5,17 @@ tier's occupancy the same way from a replay and from a live engine."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from collector.live.vllm_kv.conflicts import HashConflictDetector
 from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.wire import BlockRemoved, BlockStored, KVEventBatch, ReceivedBatch
+from collector.live.vllm_kv.wire import (
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    ReceivedBatch,
+    WireEvent,
+)
 from collector.store.run_file import RunStore
 
 ENDPOINT = "replay:cpu-tier"
@@ -25,14 +33,22 @@ class TierEvents:
 
     def __call__(self, now_ns: int, moves: list[tuple[bool, list[bytes]]]) -> None:
         """Record (removed, block hashes) moves of the step that ended at `now_ns`."""
-        if not moves:
+        self.append(
+            now_ns,
+            [
+                BlockRemoved(block_hashes=list(hashes), medium=MEDIUM)
+                if removed
+                else BlockStored(
+                    block_hashes=list(hashes), block_size=self._block_size, medium=MEDIUM
+                )
+                for removed, hashes in moves
+            ],
+        )
+
+    def append(self, now_ns: int, events: Sequence[WireEvent]) -> None:
+        """Record the tier's KV events of the step that ended at `now_ns`."""
+        if not events:
             return
-        events: list[BlockStored | BlockRemoved] = [
-            BlockRemoved(block_hashes=list(hashes), medium=MEDIUM)
-            if removed
-            else BlockStored(block_hashes=list(hashes), block_size=self._block_size, medium=MEDIUM)
-            for removed, hashes in moves
-        ]
         batch = KVEventBatch(ts=now_ns / 1e9, events=list(events), data_parallel_rank=0)
         received = ReceivedBatch(ENDPOINT, epoch=0, seq=self._seq, batch=batch, replayed=False)
         append_vllm_batches(self._store, [received], [], self._detector)
