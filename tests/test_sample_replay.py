@@ -24,7 +24,7 @@ def test_replaying_the_sample_trace_gives_the_committed_run(
     monkeypatch.setenv("KVSCOPE_SECRET", "kvscope-sample")
     run = tmp_path / "run.duckdb"
     arguments = ["replay", str(SAMPLE_TRACE), "--out", str(run), "--block-size", "16"]
-    arguments += ["--num-blocks", "1200", "--timing", "timestamps", "--max-num-seqs", "32"]
+    arguments += ["--num-blocks", "1200", "--max-num-seqs", "32"]  # the scheduler timing
     arguments += ["--record-token-ids", "--tokenizer", "mistral_common:data/tokenizer.model.v1"]
     arguments += ["--reveal-tenants", "--check-collisions", "--quiet"]
     assert main(arguments) == 0

@@ -194,3 +194,54 @@ def test_existing_runs_are_not_overwritten(
     assert f"{taken}: already exists" in capsys.readouterr().err
     assert taken.read_text() == "not a run"
     assert sorted(path.name for path in out.iterdir()) == [taken.name]
+
+
+def _sweep_timings(sweep: Path) -> dict[str, tuple[str, str | None]]:
+    """Each point's run: its timing and token budget."""
+    timings = {}
+    for run in sorted(sweep.glob("*.duckdb")):
+        with RunFile.open(run) as run_file:
+            config = run_file.record(
+                "SELECT timing, options->>'max_num_batched_tokens' AS budget FROM runs"
+            )
+        timings[run.name] = (config["timing"], config["budget"])
+    return timings
+
+
+def test_a_sweep_takes_the_runs_timing_and_a_trace_the_scheduler(tmp_path: Path) -> None:
+    # A run replayed through the scheduler: its sweep replays the same way, with the run's
+    # token budget; a trace (no timing of its own) gets the scheduler, vLLM's default budget.
+    run = tiny_run(
+        tmp_path,
+        chat_rows(),
+        num_blocks=14,
+        record_token_ids=True,
+        timing="scheduler",
+        max_num_seqs=2,
+        max_num_batched_tokens=16,
+    )
+    assert main(["whatif", str(run), "--out", str(tmp_path / "a"), "--quiet", "--jobs", "1"]) == 0
+    assert set(_sweep_timings(tmp_path / "a").values()) == {("scheduler", "16")}
+    trace = tmp_path / "trace.jsonl"
+    assert main(["whatif", str(trace), "--out", str(tmp_path / "b"), "--quiet", "--jobs", "1"]) == 0
+    assert set(_sweep_timings(tmp_path / "b").values()) == {("scheduler", "8192")}
+    # A run replayed one request at a time keeps that (the one-pass curve's exact model).
+    (tmp_path / "seq").mkdir()
+    sequential = tiny_run(tmp_path / "seq", chat_rows(), num_blocks=14, record_token_ids=True)
+    out = tmp_path / "c"
+    assert main(["whatif", str(sequential), "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    assert set(_sweep_timings(out).values()) == {("sequential", None)}
+
+
+def test_a_scheduler_sweep_runs_a_tier_through_vllms_connector(tmp_path: Path) -> None:
+    run = tiny_run(tmp_path, chat_rows(), num_blocks=14, record_token_ids=True)
+    options = ReplayOptions(
+        settings=CacheSettings(4, 14), timing="scheduler", max_num_seqs=1, reveal_tenants=True
+    )
+    points = sweep_points([4], [1], num_blocks=[14], tiers=[(0, "lru"), (40, "lru")])
+    bare, tier = run_sweep(Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1)
+    assert bare["tier_hit_tokens"] == 0 and tier["tier_hit_tokens"] > 0
+    assert tier["hit_tokens"] == bare["hit_tokens"]
+    with RunFile.open(tmp_path / "sweep" / tier["run"]) as run_file:
+        media = run_file.rows("SELECT DISTINCT medium FROM vllm_kv_events")
+    assert media == [("CPU",)]

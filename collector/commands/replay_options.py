@@ -30,10 +30,10 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timing",
         choices=TIMINGS,
-        default="sequential",
-        help="sequential: one request at a time; timestamps: at the trace's arrival times, "
-        "batched by a step model; scheduler: at the trace's arrival times, through vLLM's own "
-        "Scheduler (sequential)",
+        default="scheduler",
+        help="scheduler: at the trace's arrival times, through vLLM's own Scheduler (a trace "
+        "without arrival times is one burst); sequential: one request at a time; timestamps: "
+        "at the arrival times, batched by kvscope's older step model (scheduler)",
     )
     parser.add_argument(
         "--max-num-seqs",

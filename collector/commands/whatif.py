@@ -56,12 +56,13 @@ def register(commands: Any) -> None:
         type=lambda text: _numbers(int, text),
         help="running requests at most, a comma-separated list (default: the run's)",
     )
-    parser.add_argument("--timing", choices=TIMINGS, help="default: the run's, else sequential")
+    parser.add_argument(
+        "--timing", choices=TIMINGS, help="default: the run's replay timing, else scheduler"
+    )
     parser.add_argument(
         "--max-num-batched-tokens",
         type=int,
-        default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        help=f"tokens a step schedules at most (scheduler timing; "
+        help=f"tokens a step schedules at most (scheduler timing; default: the run's, else "
         f"{DEFAULT_MAX_NUM_BATCHED_TOKENS})",
     )
     parser.add_argument("--hash-algo", choices=HASH_ALGOS, help="default: the run's, else sha256")
@@ -120,15 +121,19 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
     """Replay options from the flags, defaulting to the source run's own settings."""
     from collector.replay.block_manager import CacheSettings
     from collector.replay.replayer import ReplayOptions
+    from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
+    from collector.replay.simulator import StepModel
 
     defaults: dict[str, Any] = {
         "block_size": 16,
         "num_blocks": 20_000,
         "max_num_seqs": 256,
-        "timing": "sequential",
+        "timing": "scheduler",
         "hash_algo": "sha256",
         "kv_layout": "full",
+        "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
     }
+    step_model = StepModel()
     reveal = False
     if source.is_run:
         from collector.store.run_file import RunStore
@@ -145,6 +150,10 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
             {name: settings[name] for name in defaults if settings.get(name) is not None}
         )
         defaults["kv_layout"] = options.get("kv_layout") or defaults["kv_layout"]
+        budget = options.get("max_num_batched_tokens")
+        defaults["max_num_batched_tokens"] = budget or defaults["max_num_batched_tokens"]
+        if options.get("step_model"):
+            step_model = StepModel(**options["step_model"])
         reveal = True  # the run's tenant labels are already what it chose to store
     base = ReplayOptions(
         settings=CacheSettings(
@@ -154,7 +163,8 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
             args.kv_layout or defaults["kv_layout"],
         ),
         timing=args.timing or defaults["timing"],
-        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_batched_tokens=args.max_num_batched_tokens or defaults["max_num_batched_tokens"],
+        step_model=step_model,
         reveal_tenants=reveal,
     )
     return base, defaults
