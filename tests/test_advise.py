@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.advisor.cache_size import TARGET_FRACTION
+from collector.advisor.cache_size import SCHEDULER_SOURCE, TARGET_FRACTION
 from collector.cli import main
 from collector.model.mrc import miss_ratio_curve
 from collector.queries.requests import run_block_stream
@@ -55,7 +55,15 @@ def test_recommends_the_cache_size_of_the_curve(advice_json: dict) -> None:
     target = TARGET_FRACTION * curve.token_hit_ratio(1 << 30)
     assert curve.token_hit_ratio(recommended) >= target > curve.token_hit_ratio(recommended - 1)
     assert recommended > advice_json["run_config"]["num_blocks"] == 1_200
-    assert size["figures"]["recommended_token_hit_ratio"] == curve.token_hit_ratio(recommended)
+    # The sample's requests overlap (up to 32 at once) and it recorded its prompts: its pool
+    # and the curve's pick are replayed through vLLM's Scheduler, which gives the ratios. The
+    # sample is itself such a replay, so at its own pool the check measures what it did; at
+    # the pick, the curve (one request at a time) comes within a point of it.
+    assert size["figures"]["source"] == SCHEDULER_SOURCE
+    assert size["figures"]["current_token_hit_ratio"] == advice_json["token_hit_ratio"]
+    assert size["figures"]["recommended_token_hit_ratio"] == pytest.approx(
+        curve.token_hit_ratio(recommended), abs=0.01
+    )
     # Sized on the default GPU (80 GiB, at vLLM's 0.9 now): the memory share first.
     extra_gib = (recommended - 1_200) * 2 * 32 * 8 * 128 * 2 * 16 / 2**30
     utilization = 0.9 + extra_gib / 80

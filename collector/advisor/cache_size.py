@@ -1,9 +1,12 @@
-"""Cache size: the pool the sweep recommends, from the one-pass curve (and what-if replays).
+"""Cache size: the pool the sweep recommends, from the one-pass curve (and replays through vLLM).
 
 The recommendation is the smallest pool that reaches TARGET_FRACTION of the hit ratio an
 unlimited cache would give this run's requests (the one-pass curve's). With a what-if sweep
 at hand (`kvscope whatif`) that reaches that pool, the replays through vLLM at the run's
-block size decide instead; a sweep that stops short is said to, and decides nothing.
+block size decide instead; a sweep that stops short is said to, and decides nothing. Without
+one, a run whose requests overlapped is replayed through vLLM's Scheduler at its own pool and
+at the curve's (collector/advisor/scheduler_check.py), and those replays give the ratios; the
+curve's are exact only for a run replayed one request at a time.
 """
 
 from __future__ import annotations
@@ -21,13 +24,19 @@ from collector.model.mrc import MissRatioCurve
 TARGET_FRACTION = 0.95
 MEMORY_STEPS_GIB = (1, 2, 4, 8, 16)
 SHRINK_LOSS = 0.005
+CURVE_SOURCE = "one-pass curve of this run's block stream (one request at a time)"
+SCHEDULER_SOURCE = (
+    "replays through vLLM's Scheduler at the run's arrival times "
+    "(the one-pass curve picked the size)"
+)
 
 
 @dataclass(frozen=True)
 class SizeRecommendation:
     """The pool the sweep recommends and the token hit ratios around it; `top_ratio` is an
     unlimited cache's, from the one-pass curve (a sweep's largest point is not unlimited);
-    `short_sweep` says why the what-if replays did not decide, when they were given."""
+    `short_sweep` says why the what-if replays did not decide, when they were given;
+    `curve_note` why the curve's ratios stand unchecked by vLLM's Scheduler, when they do."""
 
     num_blocks: int
     ratio: float
@@ -35,6 +44,7 @@ class SizeRecommendation:
     top_ratio: float
     source: str
     short_sweep: str = ""
+    curve_note: str = ""
 
 
 def smallest_pool_reaching(curve: MissRatioCurve, ratio: float) -> int:
@@ -49,7 +59,8 @@ def recommend_size(context: RunContext) -> SizeRecommendation:
     """The smallest pool that reaches TARGET_FRACTION of what an unlimited cache gives, by
     the one-pass curve. What-if replays at the run's block size decide instead when the
     sweep reaches that pool, so that it covers where the curve flattens: then the smallest
-    replayed pool within TARGET_FRACTION of the sweep's best."""
+    replayed pool within TARGET_FRACTION of the sweep's best. Otherwise replays through
+    vLLM's Scheduler give the ratios at the run's pool and the curve's, where they apply."""
     curve = context.curve
     top = curve.token_hit_ratio(len(curve.hit_blocks) + 1)
     num_blocks = smallest_pool_reaching(curve, TARGET_FRACTION * top)
@@ -75,13 +86,32 @@ def recommend_size(context: RunContext) -> SizeRecommendation:
             f"({largest['token_hit_ratio']:.1%}), before the curve flattens: replay "
             f"{num_blocks:,} blocks or more to check this recommendation through vLLM"
         )
+    return _checked(context, num_blocks, top, short_sweep)
+
+
+def _checked(
+    context: RunContext, num_blocks: int, top: float, short_sweep: str
+) -> SizeRecommendation:
+    """The curve's pick with the ratios of replays through vLLM's Scheduler at the run's
+    pool and at the pick, where the run is replayed so; else the curve's, saying why."""
+    check = context.scheduler_check((context.num_blocks, num_blocks))
+    if check.ratios:
+        return SizeRecommendation(
+            num_blocks=num_blocks,
+            ratio=check.ratios[num_blocks],
+            current_ratio=check.ratios[context.num_blocks],
+            top_ratio=top,
+            source=SCHEDULER_SOURCE,
+            short_sweep=short_sweep,
+        )
     return SizeRecommendation(
         num_blocks=num_blocks,
-        ratio=curve.token_hit_ratio(num_blocks),
-        current_ratio=curve.token_hit_ratio(context.num_blocks),
+        ratio=context.curve.token_hit_ratio(num_blocks),
+        current_ratio=context.curve.token_hit_ratio(context.num_blocks),
         top_ratio=top,
-        source="one-pass curve of this run's block stream (one request at a time)",
+        source=CURVE_SOURCE,
         short_sweep=short_sweep,
+        curve_note=check.skipped,
     )
 
 
@@ -180,14 +210,13 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
     lines = [
         f"at the run's {current:,} blocks ({gib_for_blocks(spec, block_size, current):.1f} GiB) "
         f"the token hit ratio is {recommendation.current_ratio:.1%}; an unlimited cache would "
-        f"give {recommendation.top_ratio:.1%}; source: {recommendation.source}",
+        f"give {recommendation.top_ratio:.1%} (one-pass curve); source: {recommendation.source}",
         f"{recommendation.num_blocks:,} blocks reach {recommendation.ratio:.1%}, "
         f"{TARGET_FRACTION:.0%} of what an unlimited cache gives",
         f"the run itself measured {context.summary['token_hit_ratio']:.1%} "
-        f"({_concurrency(context)}); the curve models one request at a time",
+        f"({_concurrency(context)}); {_models(recommendation)}",
     ]
-    if recommendation.short_sweep:
-        lines.append(recommendation.short_sweep)
+    lines += [note for note in (recommendation.short_sweep, recommendation.curve_note) if note]
     for gib in MEMORY_STEPS_GIB:
         extra = blocks_for_gib(spec, block_size, gib)
         ratio = curve.token_hit_ratio(current + extra)
@@ -196,6 +225,16 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
             f"({(ratio - curve.token_hit_ratio(current)) * 100:+.1f} points)"
         )
     return lines
+
+
+def _models(recommendation: SizeRecommendation) -> str:
+    """What each source models of the run's timing."""
+    if recommendation.source == SCHEDULER_SOURCE:
+        return (
+            "the Scheduler replays overlap its requests as they arrived; the one-pass curve "
+            "(which picked the size, and gives the memory steps below) models one at a time"
+        )
+    return "the curve models one request at a time"
 
 
 def _concurrency(context: RunContext) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.advisor.suggestion import NotApplicable
 from collector.model.block_stream import (
@@ -19,6 +19,9 @@ from collector.queries.config import RunRow, run_config
 from collector.queries.summary import RunSummary, run_summary
 from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile
+
+if TYPE_CHECKING:
+    from collector.advisor.scheduler_check import SchedulerCheck
 
 # What a CPU tier's loads move at, GB/s: PCIe 4.0 x16's 32 GB/s less protocol overhead (an
 # H100 on PCIe 5.0 reaches about twice it). Editable: `kvscope advise --pcie-gb-per-s`.
@@ -47,6 +50,7 @@ class RunContext:
         self.max_model_len = max_model_len  # the engine's --max-model-len, where known
         self.pcie_gb_per_s = pcie_gb_per_s  # host <-> GPU bandwidth a CPU tier's loads take
         self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
+        self._scheduler_checks: dict[tuple[int, ...], SchedulerCheck] = {}
 
     @cached_property
     def config(self) -> RunRow:
@@ -104,6 +108,15 @@ class RunContext:
             stream = trace_block_stream(self.requests, block_size, namespace)
             self._curves[key] = miss_ratio_curve(stream, block_size)
         return self._curves[key]
+
+    def scheduler_check(self, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
+        """The run's requests replayed through vLLM's Scheduler at `pool_sizes` (or why not),
+        replayed once for every rule that asks."""
+        if pool_sizes not in self._scheduler_checks:
+            from collector.advisor.scheduler_check import check_pools
+
+            self._scheduler_checks[pool_sizes] = check_pools(self, pool_sizes)
+        return self._scheduler_checks[pool_sizes]
 
     def tokens_at(self, curve: MissRatioCurve, num_blocks: int) -> float:
         """Prefix-hit tokens the curve predicts for this run's requests at `num_blocks`."""

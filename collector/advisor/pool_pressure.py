@@ -80,9 +80,12 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
     delays_s = regret["restored_after_ns"].dropna().to_numpy(dtype=np.float64) / 1e9
     p50, p90 = np.percentile(delays_s, [50, 90])
     recommendation = recommend_size(context)
-    curve, current = context.curve, context.num_blocks
+    current = context.num_blocks
     target = max(recommendation.num_blocks, current)
-    gain = curve.token_hit_ratio(target) - curve.token_hit_ratio(current)
+    # The cache-size rule's ratios (and source): both rules predict the same pool alike.
+    before = recommendation.current_ratio
+    after = recommendation.ratio if target == recommendation.num_blocks else before
+    gain = after - before
     recomputed_tokens = summary["restored"] * context.block_size
     return [
         Suggestion(
@@ -97,8 +100,7 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
             ],
             effect=(
                 f"with {target:,} blocks the regretted blocks mostly stay: token hit ratio "
-                f"{curve.token_hit_ratio(current):.1%} -> {curve.token_hit_ratio(target):.1%} "
-                "(one-pass curve, one request at a time)"
+                f"{before:.1%} -> {after:.1%}, per the {recommendation.source}"
             ),
             action=f"`--num-gpu-blocks-override {target}`",
             gain_tokens=gain * context.prompt_tokens,

@@ -1,0 +1,118 @@
+"""Scheduler check: the cache-size rule's pools replayed through vLLM's own Scheduler.
+
+The one-pass curve models one request at a time: exact for a run replayed that way, an
+estimate for one whose requests overlapped. Such a run, when it recorded its prompts, is
+replayed again through vLLM's Scheduler (`--timing scheduler`) at its own arrival times and
+with its own scheduler settings, once per pool size asked; the replays' token hit ratios
+replace the curve's. Each replay writes a run file into a temporary folder, removed after.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collector.store.run_file import StoreError
+
+if TYPE_CHECKING:
+    from collector.advisor.context import RunContext
+    from collector.replay.replayer import ReplayOptions
+
+# Two replays of 2 M prompt tokens (the sample run's requests four times over) take about
+# 24 s here, vLLM's import (about 8 s, once) aside; a larger run is left to `kvscope whatif`.
+MAX_PROMPT_TOKENS = 2_000_000
+SECRET = b"kvscope-advisor"  # keys the replays' pseudonyms only: no ratio depends on it
+NOT_CHECKED = "the curve's figures are not checked through vLLM's Scheduler"
+
+
+@dataclass(frozen=True)
+class SchedulerCheck:
+    """Token hit ratios of the run's requests replayed through vLLM's Scheduler, by pool
+    size; none, and `skipped` saying why, where the run cannot or need not be replayed."""
+
+    ratios: dict[int, float] = field(default_factory=dict)
+    skipped: str = ""
+
+
+def check_pools(context: RunContext, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
+    """Replay the run's requests through vLLM's Scheduler at each of `pool_sizes`."""
+    skipped = reason_to_skip(context)
+    if skipped:
+        return SchedulerCheck(skipped=skipped)
+    try:
+        return SchedulerCheck(
+            {size: scheduler_ratio(context, size) for size in dict.fromkeys(pool_sizes)}
+        )
+    except (ValueError, StoreError) as error:  # a pool too small, settings vLLM refuses
+        return SchedulerCheck(skipped=f"{NOT_CHECKED}: the replay failed ({error})")
+
+
+def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> str:
+    """Why the run's pools are not replayed through vLLM's Scheduler; "" when they are."""
+    from collector.replay.block_manager import VllmUnavailable, require_vllm
+
+    if context.config["max_num_seqs"] == 1:
+        return "the one-pass curve is exact for this run, which ran one request at a time"
+    if not context.has_token_ids:
+        return (
+            f"{NOT_CHECKED}: the run did not record its prompts' token ids (replay with "
+            "--record-token-ids, or run `kvscope whatif` on its trace)"
+        )
+    if context.prompt_tokens > max_prompt_tokens:
+        return (
+            f"{NOT_CHECKED}: the run has {context.prompt_tokens:,} prompt tokens, more than "
+            f"the {max_prompt_tokens:,} the advisor replays (run `kvscope whatif RUN "
+            "--timing scheduler` for its pool sizes)"
+        )
+    try:
+        require_vllm()
+    except VllmUnavailable:
+        return f"{NOT_CHECKED}: this environment has no vLLM kvscope supports"
+    return ""
+
+
+def scheduler_ratio(context: RunContext, num_blocks: int) -> float:
+    """The token hit ratio of the run's requests replayed through vLLM's Scheduler at their
+    arrival times, with `num_blocks` and the run's other settings."""
+    from collector.replay.replayer import replay_requests
+
+    with tempfile.TemporaryDirectory(prefix="kvscope-advisor-") as directory:
+        summary = replay_requests(
+            context.requests,
+            context.path,
+            Path(directory) / "run.duckdb",
+            replay_options(context, num_blocks),
+            SECRET,
+        )
+    return float(summary["token_hit_ratio"])
+
+
+def replay_options(context: RunContext, num_blocks: int) -> ReplayOptions:
+    """The run's own cache and scheduler settings at `num_blocks`, in the Scheduler's timing;
+    ReplayOptions' defaults for what the run did not record (a live capture records less)."""
+    from collector.replay.block_manager import CacheSettings
+    from collector.replay.replayer import ReplayOptions
+    from collector.replay.simulator import StepModel
+
+    config, defaults = context.config, ReplayOptions()
+    recorded: dict[str, Any] = json.loads(config["options"] or "{}")
+    step = recorded.get("step_model") or {}
+    return ReplayOptions(
+        settings=CacheSettings(
+            config["block_size"],
+            num_blocks,
+            config["hash_algo"],
+            recorded.get("kv_layout") or defaults.settings.kv_layout,
+        ),
+        timing="scheduler",
+        max_num_seqs=config["max_num_seqs"] or defaults.max_num_seqs,
+        max_num_batched_tokens=recorded.get("max_num_batched_tokens")
+        or defaults.max_num_batched_tokens,
+        max_loras=recorded.get("max_loras") or defaults.max_loras,
+        step_model=StepModel(
+            **{known.name: step[known.name] for known in fields(StepModel) if known.name in step}
+        ),
+    )
