@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from collector.commands import (
     advise,
     app,
+    calibrate,
     collect,
     finish,
     generate,
@@ -35,6 +36,7 @@ COMMANDS = (
     report,
     prompt_trace,
     whatif,
+    calibrate,
     advise,
     names,
     app,

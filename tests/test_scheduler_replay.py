@@ -4,13 +4,12 @@ engine request by request, and with the hooks attached as the engine plugin atta
 from __future__ import annotations
 
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from collector.live.step_cost import fit_step_model
 from collector.replay.block_manager import CacheSettings, make_block_hasher
 from collector.replay.scheduler_replay import SchedulerLimits, SchedulerReplay
 from collector.replay.simulator import StepModel, VirtualClock
@@ -19,13 +18,13 @@ from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Lookup, Schedule
 from tests.support.burst_engine import (
     BURST_MAX_NUM_BATCHED_TOKENS,
-    BURST_MAX_NUM_SEQS,
-    BURST_NUM_BLOCKS,
+    agreement,
     burst_rows,
     replayed_hits,
     run_burst,
+    run_timed,
 )
-from tests.support.vllm_server import VllmServer, build_model, engine_environment
+from tests.support.vllm_server import build_model
 
 
 @pytest.mark.slow  # a real engine on this CPU
@@ -35,8 +34,7 @@ def test_a_burst_matches_the_real_engine_request_by_request(tmp_path: Path) -> N
     engine = {row["request_id"]: row["engine_cached_tokens"] for row in rows}
     scheduler = replayed_hits(tmp_path / "trace.jsonl", tmp_path / "scheduler.duckdb", "scheduler")
     steps = replayed_hits(tmp_path / "trace.jsonl", tmp_path / "steps.duckdb", "timestamps")
-    differ = {rid: (engine[rid], steps[rid]) for rid in engine if steps[rid] != engine[rid]}
-    print(f"step model: {len(engine) - len(differ)} of {len(engine)} agree; differ: {differ}")
+    print(agreement("step model", engine, steps, sum(len(row["token_ids"]) for row in rows)))
     # The pool is small and prefills are chunked (256 tokens a step): every request's hit is
     # the engine's, exactly.
     assert scheduler == engine
@@ -45,53 +43,32 @@ def test_a_burst_matches_the_real_engine_request_by_request(tmp_path: Path) -> N
 
 @pytest.mark.slow  # a real vLLM OpenAI server on this CPU
 def test_timed_arrivals_agree_with_the_real_server_in_aggregate(tmp_path: Path) -> None:
-    # 60 requests 300 ms apart through the OpenAI server, 1 to 8 output tokens each. The
-    # server's steps take what this CPU takes, the replay's what its cost model says: where
-    # requests overlap, the CPU's load decides how they meet in the pool. With up to 60
-    # output tokens each the aggregate came out 0.013 apart on a loaded CI machine (0.3265
-    # against 0.3396) and equal on a quiet one; short outputs keep the overlap to what the
-    # cost model can know. The assertion is the issue's: within 0.01.
+    # 60 requests 300 ms apart through the OpenAI server, 1 to 60 output tokens each. Where
+    # requests overlap, how long the server's steps take decides how they meet in the pool:
+    # `kvscope calibrate` measures that on the same server first, and the replay's clock
+    # takes it. With the default cost model (10 ms a step, made for no engine in particular)
+    # the aggregate came out 0.013 apart here (0.3265 against 0.3396), one request differing.
     model = build_model(tmp_path / "model")
-    rows = [
-        row | {"timestamp": index * 300, "output_length": min(row["output_length"], 8)}
-        for index, row in enumerate(burst_rows(7, 60))
-    ]
+    rows = [row | {"timestamp": index * 300} for index, row in enumerate(burst_rows(7, 60))]
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    args = ["--max-num-seqs", str(BURST_MAX_NUM_SEQS)]
-    args += ["--max-num-batched-tokens", str(BURST_MAX_NUM_BATCHED_TOKENS)]
-    server = VllmServer(
-        model, tmp_path / "vllm.log", args, engine_environment(), num_blocks=BURST_NUM_BLOCKS
-    )
-    try:
-        server.wait_until_up()
-        engine = send_at_their_times(server, rows)
-    finally:
-        server.stop()
+    engine, measured = run_timed(model, rows, tmp_path / "vllm.log")
+    calibrated = fit_step_model(measured, BURST_MAX_NUM_BATCHED_TOKENS)
+    print(f"measured on the server: {measured}; step cost: {calibrated}")
     prompt_tokens = sum(len(row["token_ids"]) for row in rows)
-    scheduler = replayed_hits(trace, tmp_path / "scheduler.duckdb", "scheduler")
-    steps = replayed_hits(trace, tmp_path / "steps.duckdb", "timestamps")
-    for name, replayed in (("scheduler", scheduler), ("step model", steps)):
-        differ = {
-            rid: (engine[rid], replayed[rid]) for rid in engine if replayed[rid] != engine[rid]
-        }
-        print(f"{name}: {len(engine) - len(differ)} of {len(engine)} agree; differ: {differ}")
     engine_ratio = sum(engine.values()) / prompt_tokens
+    replays = {
+        "scheduler, calibrated": replayed_hits(
+            trace, tmp_path / "calibrated.duckdb", "scheduler", calibrated
+        ),
+        "scheduler, default cost": replayed_hits(trace, tmp_path / "default.duckdb", "scheduler"),
+        "step model": replayed_hits(trace, tmp_path / "steps.duckdb", "timestamps"),
+    }
+    for name, replayed in replays.items():
+        print(agreement(name, engine, replayed, prompt_tokens))
+    scheduler = replays["scheduler, calibrated"]
     assert sum(scheduler.values()) / prompt_tokens == pytest.approx(engine_ratio, abs=0.01)
     assert engine_ratio > 0
-
-
-def send_at_their_times(server: VllmServer, rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Send each row at its timestamp (ms after the first); each request's cached tokens."""
-    start = time.monotonic()
-
-    def send(row: dict[str, Any]) -> tuple[str, int]:
-        time.sleep(max(0.0, start + row["timestamp"] / 1000 - time.monotonic()))
-        completion = server.complete(row["token_ids"], row["output_length"])
-        return row["request_id"], completion.cached_tokens
-
-    with ThreadPoolExecutor(len(rows)) as pool:
-        return dict(pool.map(send, rows))
 
 
 def prompt_rows(prompts: list[list[int]], output_length: int) -> list[dict[str, Any]]:

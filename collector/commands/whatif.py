@@ -10,24 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+from collector.commands.number_list import number_list
 from collector.commands.replay_options import (
     add_format_option,
     add_layout_option,
     add_tier_options,
 )
 from collector.queries.config import run_config
-
-
-def _numbers(kind: type, text: str) -> list[Any]:
-    try:
-        values = [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from error
-    if not values or any(value <= 0 for value in values):
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
-    return values
 
 
 def register(commands: Any) -> None:
@@ -41,19 +30,21 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("source", type=Path, help="trace (.jsonl[.gz]) or run file (.duckdb)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the run files")
-    parser.add_argument("--block-size", type=lambda text: _numbers(int, text), help="e.g. 16,32,64")
+    parser.add_argument(
+        "--block-size", type=lambda text: number_list(int, text), help="e.g. 16,32,64"
+    )
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument(
-        "--num-blocks", type=lambda text: _numbers(int, text), help="pool sizes, e.g. 2000,4000"
+        "--num-blocks", type=lambda text: number_list(int, text), help="pool sizes, e.g. 2000,4000"
     )
     sizes.add_argument(
         "--kv-gib",
-        type=lambda text: _numbers(float, text),
+        type=lambda text: number_list(float, text),
         help="pool sizes as GiB of KV cache per GPU (same memory for every block size)",
     )
     parser.add_argument(
         "--max-num-seqs",
-        type=lambda text: _numbers(int, text),
+        type=lambda text: number_list(int, text),
         help="running requests at most, a comma-separated list (default: the run's)",
     )
     parser.add_argument(

@@ -1,15 +1,20 @@
 """A burst through a real vLLM engine on this CPU: every request added before its first step
 (the engine core in-process, so none arrives while it steps), each request's
-`num_cached_tokens` and output tokens written beside its prompt as a kvscope trace."""
+`num_cached_tokens` and output tokens written beside its prompt as a kvscope trace; and timed
+arrivals through a real OpenAI server, its step cost measured first (`kvscope calibrate`)."""
 
 from __future__ import annotations
 
 import json
 import random
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tests.support.vllm_server import TOKEN_RANGE, engine_environment, vllm_python
+from collector.live.step_cost import CompletionsClient, Measurements, measure
+from collector.replay.simulator import StepModel
+from tests.support.vllm_server import TOKEN_RANGE, VllmServer, engine_environment, vllm_python
 
 BURST_BLOCK_SIZE = 32
 BURST_NUM_BLOCKS = 48
@@ -82,8 +87,38 @@ def run_burst(model: str, rows: list[dict[str, Any]], trace: Path) -> list[dict[
     return [json.loads(line) for line in trace.read_text().splitlines()]
 
 
-def replayed_hits(trace: Path, out: Path, timing: str) -> dict[str, int]:
-    """Each request's prefix-hit tokens in a replay of `trace` with the burst's settings."""
+def run_timed(
+    model: str, rows: list[dict[str, Any]], log: Path
+) -> tuple[dict[str, int], Measurements]:
+    """Start a real OpenAI server with the burst's settings, measure its step cost as
+    `kvscope calibrate` does, then send each row at its timestamp (ms after the first);
+    returns each request's cached tokens and the measurements."""
+    args = ["--max-num-seqs", str(BURST_MAX_NUM_SEQS)]
+    args += ["--max-num-batched-tokens", str(BURST_MAX_NUM_BATCHED_TOKENS)]
+    server = VllmServer(model, log, args, engine_environment(), num_blocks=BURST_NUM_BLOCKS)
+    try:
+        server.wait_until_up()
+        measured = measure(
+            CompletionsClient(server.url("")), [16, 64, 128, 192, 250], [1, 4, 8], repeats=3
+        )
+        start = time.monotonic()
+
+        def send(row: dict[str, Any]) -> tuple[str, int]:
+            time.sleep(max(0.0, start + row["timestamp"] / 1000 - time.monotonic()))
+            completion = server.complete(row["token_ids"], row["output_length"])
+            return row["request_id"], completion.cached_tokens
+
+        with ThreadPoolExecutor(len(rows)) as pool:
+            return dict(pool.map(send, rows)), measured
+    finally:
+        server.stop()
+
+
+def replayed_hits(
+    trace: Path, out: Path, timing: str, step_model: StepModel | None = None
+) -> dict[str, int]:
+    """Each request's prefix-hit tokens in a replay of `trace` with the burst's settings (and
+    the replay's default step cost, or `step_model`)."""
     from collector.replay.block_manager import CacheSettings
     from collector.replay.replayer import ReplayOptions, replay
     from collector.store.run_file import RunFile
@@ -94,7 +129,21 @@ def replayed_hits(trace: Path, out: Path, timing: str) -> dict[str, int]:
         timing=timing,
         max_num_seqs=BURST_MAX_NUM_SEQS,
         max_num_batched_tokens=BURST_MAX_NUM_BATCHED_TOKENS,
+        step_model=step_model or StepModel(),
     )
     replay(trace, out, options, SECRET)
     with RunFile.open(out) as run:
         return dict(run.rows("SELECT request_id, num_hit_tokens FROM requests"))
+
+
+def agreement(
+    name: str, engine: dict[str, int], replayed: dict[str, int], prompt_tokens: int
+) -> str:
+    """One line: the replay's token hit ratio against the engine's, how many requests hit
+    exactly what the engine reports, and every request that differs."""
+    differ = {rid: (engine[rid], replayed[rid]) for rid in engine if replayed[rid] != engine[rid]}
+    return (
+        f"{name}: token hit ratio {sum(replayed.values()) / prompt_tokens:.4f} against the "
+        f"engine's {sum(engine.values()) / prompt_tokens:.4f}; {len(engine) - len(differ)} of "
+        f"{len(engine)} requests agree; differ (engine, replay): {json.dumps(differ)}"
+    )
