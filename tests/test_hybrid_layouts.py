@@ -209,7 +209,8 @@ def test_a_window_hit_starts_where_the_window_does_and_frees_name_their_groups()
     assert manager.block_pool.get_num_free_blocks() == 39
 
 
-def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path) -> None:
+@pytest.mark.parametrize("timing", ["scheduler", "timestamps"])
+def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path, timing: str) -> None:
     from collector.cli import main
 
     out = tmp_path / "run.duckdb"
@@ -226,7 +227,7 @@ def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path) -> None:
             "--limit",
             "150",
             "--timing",
-            "timestamps",
+            timing,
             "--quiet",
         ]
     )
