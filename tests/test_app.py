@@ -40,7 +40,8 @@ CHART_TRACES = {
     "views/free_blocks.py": [5, 1],
     "views/collisions.py": [2],
     "views/tenants.py": [2, 2, 1],
-    "views/advisor.py": [5, 1, 1, 1, 2, 1, 1],  # cpu-tier: LRU and ARC by tier size
+    # cache-size: the curve and the Scheduler replays' points; cpu-tier: LRU and ARC by tier size
+    "views/advisor.py": [5, 2, 1, 1, 2, 1, 1],
     "views/policies.py": [4],
     "views/compare.py": [1, 2],
     "views/kv_groups.py": [],  # one group: its blocks are the free-block timeline's

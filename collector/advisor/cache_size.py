@@ -167,7 +167,7 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
             "unlimited_token_hit_ratio": recommendation.top_ratio,
             "source": recommendation.source,
         },
-        charts=[curve_chart(context, target)],
+        charts=[curve_chart(context, recommendation)],
     )
 
 
@@ -195,7 +195,7 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
             )
         ),
         figures={"current_num_blocks": current, "recommended_num_blocks": target},
-        charts=[curve_chart(context, target)],
+        charts=[curve_chart(context, recommendation)],
     )
 
 
@@ -244,10 +244,19 @@ def _concurrency(context: RunContext) -> str:
     return f"{context.config['timing'] or 'live'} timing, up to {seqs or '?'} requests at once"
 
 
-def curve_chart(context: RunContext, recommended: int) -> Chart:
-    """The one-pass curve (and any what-if replays at the run's block size)."""
+def curve_chart(context: RunContext, recommendation: SizeRecommendation) -> Chart:
+    """The one-pass curve, the Scheduler replays' two points where they gave the ratios, and
+    any what-if replays at the run's block size."""
     sizes, ratios = context.curve.points()
     series = [Series("one-pass curve", sizes.tolist(), ratios.tolist())]
+    if recommendation.source == SCHEDULER_SOURCE:
+        series.append(
+            Series(
+                "replays through vLLM's Scheduler",
+                [context.num_blocks, recommendation.num_blocks],
+                [recommendation.current_ratio, recommendation.ratio],
+            )
+        )
     replays = sorted(_replays_at_block_size(context), key=lambda row: row["num_blocks"])
     if replays:
         series.append(
@@ -263,5 +272,5 @@ def curve_chart(context: RunContext, recommended: int) -> Chart:
         x_title="KV cache blocks",
         y_title="token hit ratio",
         series=series,
-        markers={"current": context.num_blocks, "recommended": recommended},
+        markers={"current": context.num_blocks, "recommended": recommendation.num_blocks},
     )
