@@ -16,6 +16,7 @@ from collector.commands import (
     app,
     calibrate,
     collect,
+    export,
     finish,
     generate,
     names,
@@ -39,6 +40,7 @@ COMMANDS = (
     calibrate,
     advise,
     names,
+    export,
     app,
 )
 

@@ -86,7 +86,11 @@ class RunFile:
     @classmethod
     def open(cls, path: Path, read_only: bool = True) -> Self:
         """Open an existing run file, checking that it is an undamaged run of the schema
-        version this kvscope reads."""
+        version this kvscope reads; or a run exported as a Parquet dataset, read only."""
+        from collector.store.parquet_dataset import dataset_connection, is_dataset
+
+        if is_dataset(path):
+            return cls(dataset_connection([path]), path)
         return cls(_open_checked(path, read_only), path)
 
     def rows(self, sql: str, parameters: Parameters = None) -> list[tuple[Any, ...]]:

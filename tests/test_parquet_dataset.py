@@ -1,0 +1,174 @@
+"""A run exported as a hive-partitioned Parquet dataset (`kvscope export RUN --parquet DIR`,
+collector/store/parquet_dataset.py): DuckDB reads every table back as the run file holds it,
+`summary` and the app show the same figures, two engines' runs open as the one run a
+collector recording both writes, and what cannot be exported or combined is refused."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collector.cli import main
+from collector.queries.summary import run_summary
+from collector.replay.block_manager import CacheSettings
+from collector.store.parquet_dataset import export_parquet, open_dataset
+from collector.store.run_file import RUN_TABLES, RunConfig, RunFile, RunStore, StoreError
+from engine_hooks import Event
+from tests.support.app import go_to, metrics, start
+from tests.support.block_manager import sample_engine_steps, tiny_run
+from tests.support.repo import SAMPLE_RUN
+from tests.support.runs import SHARED_PREFIX, shared_prefix_run
+
+EVERY_ROW = "SELECT * FROM {} ORDER BY ALL"
+PAGES = ["views/overview.py", "views/hotspots.py", "views/prefix_tree.py", "views/free_blocks.py"]
+SETTINGS = CacheSettings(block_size=16, num_blocks=300)
+CONFIG = RunConfig("test", SETTINGS.block_size, SETTINGS.num_blocks, "sha256", "test")
+
+
+@pytest.fixture(scope="module")
+def sample_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample run exported through the command line."""
+    directory = tmp_path_factory.mktemp("export") / "sample"
+    assert main(["export", str(SAMPLE_RUN), "--parquet", str(directory)]) == 0
+    return directory
+
+
+def summary_json(run: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    capsys.readouterr()
+    assert main(["summary", str(run), "--json"]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_summary_of_the_dataset_equals_the_run_files(
+    sample_dataset: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert summary_json(sample_dataset, capsys) == summary_json(SAMPLE_RUN, capsys)
+
+
+def test_duckdb_reads_every_table_back_as_the_run_file_holds_it(sample_dataset: Path) -> None:
+    with RunFile.open(SAMPLE_RUN) as run_file, RunFile.open(sample_dataset) as dataset:
+        for table in sorted(RUN_TABLES):
+            columns = f"SELECT column_name, column_type FROM (DESCRIBE {table})"  # not NOT NULL
+            assert dataset.rows(columns) == run_file.rows(columns), table
+            assert dataset.rows(EVERY_ROW.format(table)) == run_file.rows(
+                EVERY_ROW.format(table)
+            ), table
+        assert dataset.finished
+
+
+def test_the_dataset_is_partitioned_by_engine_and_date(sample_dataset: Path) -> None:
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        run_id, day = run_file.row("SELECT run_id, CAST(started_at AS DATE) FROM runs") or ()
+    assert [
+        path.relative_to(sample_dataset).as_posix() for path in sample_dataset.rglob("*_*.parquet")
+    ] == [
+        f"{table}/engine=unnamed/date={day}/{run_id}_0.parquet" for table in ("events", "pool")
+    ]  # the sample has no collisions: no file for them
+    assert (sample_dataset / "runs" / f"{run_id}.parquet").is_file()
+    marker = json.loads((sample_dataset / "kvscope_dataset.json").read_text())
+    assert marker["tables"]["events"] == ["engine", "date"]
+    assert marker["tables"]["requests"] == []
+    assert set(marker["tables"]) == RUN_TABLES
+
+
+def test_the_app_shows_the_dataset_as_the_run_file(sample_dataset: Path) -> None:
+    for page in PAGES:
+        from_file = go_to(start(SAMPLE_RUN), page)
+        from_dataset = go_to(start(sample_dataset), page)
+        assert metrics(from_dataset) == metrics(from_file), page
+    assert metrics(start(sample_dataset))["Requests"] == "500"
+
+
+def engine_steps(engine_id: str, num_requests: int) -> list[list[Event]]:
+    """An engine's records per step, its request ids its own (as vLLM's random ids are)."""
+    steps = list(sample_engine_steps(SETTINGS, num_requests, engine_id))
+    for record in itertools.chain.from_iterable(steps):
+        if getattr(record, "request_id", None) is not None:
+            record.request_id = f"{engine_id}-{record.request_id}"  # type: ignore[attr-defined]
+    return steps
+
+
+def record(run: Path, *engines: list[list[Event]]) -> Path:
+    """What a collector receiving these engines' records, step by step, writes."""
+    store = RunStore.create(run, CONFIG)
+    for number in itertools.count():
+        taken = [record for steps in engines if number < len(steps) for record in steps[number]]
+        if not taken:
+            break
+        store.append(taken)
+    store.finalize()
+    store.close()
+    return run
+
+
+@pytest.mark.vllm
+def test_two_engines_datasets_open_as_the_run_of_both(tmp_path: Path) -> None:
+    engine_a, engine_b = engine_steps("a", 60), engine_steps("b", 40)
+    both = record(tmp_path / "both.duckdb", engine_a, engine_b)
+    directories = []
+    for name, steps in (("a", engine_a), ("b", engine_b)):
+        with RunFile.open(record(tmp_path / f"{name}.duckdb", steps)) as run:
+            export_parquet(run, tmp_path / name)
+        directories.append(tmp_path / name)
+    with RunFile.open(both) as run_file, open_dataset(directories) as dataset:
+        assert run_summary(dataset) == run_summary(run_file)
+        assert run_summary(dataset)["requests"] == 60 + 40
+        for table in sorted(RUN_TABLES - {"runs"}):
+            # Both engines store a block first at the same record number: which one is its
+            # first storer is a tie, settled either way in a run file too.
+            rows = EVERY_ROW.format(
+                "(SELECT * EXCLUDE (first_stored_by) FROM prefix_blocks)"
+                if table == "prefix_blocks"
+                else table
+            )
+            assert dataset.rows(rows) == run_file.rows(rows), table
+        run_ids = dataset.row("SELECT run_id, num_blocks FROM runs")
+    assert run_ids and "+" in run_ids[0] and run_ids[1] == SETTINGS.num_blocks
+    for directory in directories:  # the two exports copied into one folder: the same run
+        shutil.copytree(directory, tmp_path / "fleet", dirs_exist_ok=True)
+    with RunFile.open(both) as run_file, RunFile.open(tmp_path / "fleet") as fleet:
+        assert run_summary(fleet) == run_summary(run_file)
+
+
+def tiny_dataset(directory: Path, **settings: int) -> Path:
+    directory.mkdir()
+    with RunFile.open(tiny_run(directory, SHARED_PREFIX, **settings)) as run:
+        export_parquet(run, directory / "dataset")
+    return directory / "dataset"
+
+
+def test_runs_with_different_caches_or_a_shared_engine_are_refused(tmp_path: Path) -> None:
+    six = tiny_dataset(tmp_path / "six", block_size=4, num_blocks=6)
+    seven = tiny_dataset(tmp_path / "seven", block_size=4, num_blocks=7)
+    with pytest.raises(StoreError, match="runs with different caches do not combine"):
+        open_dataset([six, seven])
+    other_six = tiny_dataset(tmp_path / "other_six", block_size=4, num_blocks=6)
+    with pytest.raises(StoreError, match=r"in more than one run do not combine \(unnamed\)"):
+        open_dataset([six, other_six])
+
+
+def test_an_existing_target_or_a_missing_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    assert main(["export", str(SAMPLE_RUN), "--parquet", str(target)]) == 2
+    assert f"{target}: already exists" in capsys.readouterr().err
+    assert [path.name for path in target.iterdir()] == ["notes.txt"]
+    missing = tmp_path / "missing.duckdb"
+    assert main(["export", str(missing), "--parquet", str(tmp_path / "out")]) == 2
+    assert f"{missing}: no such run file" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["taken"]
+
+
+def test_a_failed_export_leaves_nothing_behind(tmp_path: Path) -> None:
+    run = RunFile.open(shared_prefix_run(tmp_path / "run"))
+    run.close()  # every query on it now fails, after the export began
+    with pytest.raises(Exception, match="closed"):
+        export_parquet(run, tmp_path / "dataset")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
