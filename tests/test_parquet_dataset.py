@@ -75,6 +75,34 @@ def test_the_dataset_is_partitioned_by_engine_and_date(sample_dataset: Path) -> 
     assert set(marker["tables"]) == RUN_TABLES
 
 
+def test_clickhouse_reads_the_dataset_with_its_partitions(sample_dataset: Path) -> None:
+    # chdb is ClickHouse embedded: the README's query, with hive partitioning on, finds the
+    # `engine` and `date` path parts as columns and every row of the run file.
+    import chdb
+
+    def clickhouse(sql: str) -> list[list[str]]:
+        text = str(chdb.query(sql.format(dir=sample_dataset), "CSV"))
+        return [line.replace('"', "").split(",") for line in text.strip().splitlines()]
+
+    events = clickhouse(
+        "SELECT engine, toString(date), count(), uniqExact(block_hash) "
+        "FROM file('{dir}/events/**/*.parquet', Parquet) GROUP BY engine, date "
+        "SETTINGS use_hive_partitioning = 1"
+    )
+    requests = clickhouse(
+        "SELECT count(), sum(num_hit_tokens), sum(num_prompt_tokens) "
+        "FROM file('{dir}/requests/*.parquet', Parquet)"
+    )
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        day = run_file.row("SELECT CAST(started_at AS DATE) FROM runs") or ()
+        counted = run_file.row("SELECT count(*), count(DISTINCT block_hash) FROM events") or ()
+        summed = run_file.row(
+            "SELECT count(*), sum(num_hit_tokens), sum(num_prompt_tokens) FROM requests"
+        )
+    assert events == [["unnamed", str(day[0]), *map(str, counted)]]
+    assert requests == [list(map(str, summed or ()))]
+
+
 def test_the_app_shows_the_dataset_as_the_run_file(sample_dataset: Path) -> None:
     for page in PAGES:
         from_file = go_to(start(SAMPLE_RUN), page)
