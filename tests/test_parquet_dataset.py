@@ -200,3 +200,18 @@ def test_a_failed_export_leaves_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="closed"):
         export_parquet(run, tmp_path / "dataset")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
+
+
+def test_the_run_picker_offers_datasets_beside_run_files(tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copy(SAMPLE_RUN, folder / "b.duckdb")
+    assert main(["export", str(SAMPLE_RUN), "--parquet", str(folder / "a")]) == 0
+    (folder / "notes").mkdir()  # a folder that is no dataset is not offered
+    app = start(folder)
+    picker = app.selectbox(key="run_picker")
+    assert picker.options == ["a", "b.duckdb"]
+    assert app.session_state["run_path"] == str(folder / "a")
+    picker.select(str(folder / "b.duckdb")).run()
+    assert app.session_state["run_path"] == str(folder / "b.duckdb")
+    assert not app.exception

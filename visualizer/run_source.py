@@ -9,6 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from collector.store.parquet_dataset import is_dataset
 from collector.store.run_file import (
     RunFile,
     StoreError,
@@ -76,10 +77,13 @@ def _open(path: Path) -> tuple[RunFile, bool]:
 
 
 def runs_in_folder(folder: Path) -> list[Path]:
-    """The `.duckdb` files in a folder, by name (none if it is not a folder)."""
-    if not folder.is_dir():
+    """The `.duckdb` files and Parquet datasets in a folder, by name (none if it is not a
+    folder, or is a dataset itself)."""
+    if not folder.is_dir() or is_dataset(folder):
         return []
-    return sorted(path for path in folder.glob("*.duckdb") if path.is_file())
+    files = (path for path in folder.glob("*.duckdb") if path.is_file())
+    datasets = (path for path in folder.iterdir() if path.is_dir() and is_dataset(path))
+    return sorted([*files, *datasets])
 
 
 def problem_with(path: Path) -> str | None:
