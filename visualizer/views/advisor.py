@@ -121,7 +121,9 @@ def render() -> None:
         f"{path.name}: block size {document['run_config']['block_size']}, "
         f"{document['run_config']['num_blocks']:,} blocks; token hit ratio "
         f"{document['token_hit_ratio']:.1%}. Predictions come from one-pass LRU curves (one "
-        "request at a time) unless a what-if sweep is given; memory assumes "
+        "request at a time); a run whose requests overlapped has its cache size's hit ratios "
+        "replayed through vLLM's Scheduler at its arrival times, and a what-if sweep, when "
+        "given, decides the size; each suggestion names its source. Memory assumes "
         f"{spec['name']} with a {spec['dtype']} KV cache. The advice covers the whole run "
         "(the time filter does not apply here)."
     )
