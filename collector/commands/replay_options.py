@@ -18,7 +18,10 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
     parser.add_argument(
-        "--num-blocks", type=int, default=20_000, help="blocks in the pool, null block included"
+        "--num-blocks",
+        type=int,
+        default=20_000,
+        help="blocks in the pool, null block included (in each engine's, with --engines)",
     )
     parser.add_argument(
         "--hash-algo",
@@ -89,6 +92,28 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         help="fingerprint every cached block and check each prefix hit against it",
     )
     add_tier_options(parser, many=False)
+    add_fleet_options(parser)
+
+
+def add_fleet_options(parser: argparse.ArgumentParser) -> None:
+    """--engines and --router: a fleet of engines, each with its own pool, behind a router."""
+    from collector.replay.fleet import ROUTERS
+
+    parser.add_argument(
+        "--engines",
+        type=int,
+        default=1,
+        help="replay across this many engines, each with its own pool of --num-blocks, behind "
+        "--router; above 1 it takes --timing sequential (1)",
+    )
+    parser.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default="round-robin",
+        help="how a fleet routes a request at its arrival: round-robin; prefix-affinity (the "
+        "engine caching the longest prefix of it, else the least loaded); least-loaded (the "
+        "engine routed fewest requests so far)",
+    )
 
 
 def add_tier_options(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -180,4 +205,6 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         check_collisions=args.check_collisions,
         cpu_tier_blocks=args.cpu_tier_blocks,
         cpu_tier_policy=args.cpu_tier_policy,
+        engines=args.engines,
+        router=args.router,
     )

@@ -43,19 +43,26 @@ def pool_timeline(
     """Free-but-uncached, cached-but-free and in-use blocks over time (in `window`, if given).
 
     Long runs are bucketed to about `max_points` points; each bucket keeps its fullest
-    moment (fewest free blocks), so a dip toward empty never disappears from the chart.
+    moment (fewest free blocks), so a dip toward empty never disappears from the chart. With
+    several engines, each engine's fullest moment in the bucket, summed over the fleet.
     """
     return run.frame(
         """
-        SELECT
-            ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
-            arg_min(num_free - num_cached_free, num_free) AS free_uncached,
-            arg_min(num_cached_free, num_free) AS cached_free,
-            arg_min(num_in_use, num_free) AS in_use,
-            min(num_free) AS free
-        FROM pool
-        WHERE ts_ns >= $start AND ts_ns < $end
-        GROUP BY ALL
+        WITH per_engine AS (
+            SELECT
+                ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
+                arg_min(num_free - num_cached_free, num_free) AS free_uncached,
+                arg_min(num_cached_free, num_free) AS cached_free,
+                arg_min(num_in_use, num_free) AS in_use,
+                min(num_free) AS free
+            FROM pool
+            WHERE ts_ns >= $start AND ts_ns < $end
+            GROUP BY t_s, engine_id, dp_rank
+        )
+        SELECT t_s, sum(free_uncached) AS free_uncached, sum(cached_free) AS cached_free,
+            sum(in_use) AS in_use, sum(free) AS free
+        FROM per_engine
+        GROUP BY t_s
         ORDER BY t_s
         """,
         timeline_span(run, window, max_points),
@@ -68,21 +75,21 @@ def low_free_periods(
     window: TimeWindow | None = None,
 ) -> pd.DataFrame:
     """Stretches when free blocks (cached-but-free included) were under `threshold` of the
-    pool (in `window`, if given)."""
+    pool (in `window`, if given); with several engines, each engine's own."""
     covered = timeline_span(run, window, 1)
     return run.frame(
         """
         WITH marked AS (
             -- One ordering for both windows: a stretch is the low steps after the same
-            -- number of steps that were not low.
-            SELECT ts_ns,
+            -- number of steps that were not low, on the same engine.
+            SELECT ts_ns, engine_id, dp_rank,
                 num_free < $threshold * (num_free + num_in_use) AS low,
                 lead(ts_ns) OVER by_seq AS next_ns,
                 sum(CASE WHEN num_free < $threshold * (num_free + num_in_use) THEN 0 ELSE 1 END)
                     OVER by_seq AS stretch
             FROM pool
             WHERE ts_ns >= $start AND ts_ns < $end
-            WINDOW by_seq AS (ORDER BY seq)
+            WINDOW by_seq AS (PARTITION BY engine_id, dp_rank ORDER BY seq)
         )
         SELECT
             (min(ts_ns) - $origin) / 1e9 AS start_s,
@@ -90,7 +97,7 @@ def low_free_periods(
             count(*) AS steps
         FROM marked
         WHERE low
-        GROUP BY stretch
+        GROUP BY engine_id, dp_rank, stretch
         ORDER BY start_s
         """,
         {
@@ -104,22 +111,26 @@ def low_free_periods(
 
 _EVICTION_REGRET_SQL = """
     WITH evicted AS (
-        SELECT seq, pos, ts_ns, block_id, block_hash, age_ns, num_hits
+        SELECT seq, pos, ts_ns, block_id, block_hash, age_ns, num_hits,
+            coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
         FROM events WHERE kind = 'evict'
     ),
     stored AS (
-        SELECT seq AS store_seq, ts_ns AS store_ns, block_hash
+        SELECT seq AS store_seq, ts_ns AS store_ns, block_hash,
+            coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
         FROM events WHERE kind = 'store'
     )
-    SELECT evicted.*, stored.store_ns - evicted.ts_ns AS restored_after_ns
+    SELECT evicted.* EXCLUDE (engine, rank), stored.store_ns - evicted.ts_ns AS restored_after_ns
     FROM evicted ASOF LEFT JOIN stored
-        ON evicted.block_hash = stored.block_hash AND stored.store_seq > evicted.seq
+        ON evicted.engine = stored.engine AND evicted.rank = stored.rank
+        AND evicted.block_hash = stored.block_hash AND stored.store_seq > evicted.seq
 """
 
 
 def eviction_regret(run: RunFile) -> pd.DataFrame:
-    """Every eviction, and how long after it the same block hash was stored again (NULL if
-    never): an evicted block that comes back was needed and recomputed."""
+    """Every eviction, and how long after it the same block hash was stored again on the
+    same engine (NULL if never): an evicted block that comes back was needed and
+    recomputed."""
     return run.frame(f"{_EVICTION_REGRET_SQL} ORDER BY seq, pos")
 
 
@@ -149,14 +160,17 @@ def free_block_extremes(
     window: TimeWindow | None = None,
 ) -> FreeBlockExtremes:
     """The fewest free blocks seen, the pool's usable size, and the steps and the time spent
-    under `threshold` of the pool free (in `window`, if given)."""
+    under `threshold` of the pool free (in `window`, if given). With several engines: the
+    fullest engine's fewest, the largest pool, and engine-seconds (each engine's steps held
+    until its own next step), their share of all engines' time."""
     covered = timeline_span(run, window, 1)
     row = run.row(
         """
         WITH steps AS (
             SELECT num_free, num_free + num_in_use AS usable,
                 num_free < $threshold * (num_free + num_in_use) AS low,
-                coalesce(lead(ts_ns) OVER (ORDER BY seq), ts_ns) - ts_ns AS held_ns
+                coalesce(lead(ts_ns) OVER (PARTITION BY engine_id, dp_rank ORDER BY seq), ts_ns)
+                    - ts_ns AS held_ns
             FROM pool
             WHERE ts_ns >= $start AND ts_ns < $end
         )

@@ -21,6 +21,7 @@ from collector.replay.block_manager import (
     require_vllm,
 )
 from collector.replay.cpu_tier import CpuTier
+from collector.replay.fleet import ROUTERS, MakeHooks, make_fleet
 from collector.replay.scheduler_replay import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     SchedulerLimits,
@@ -56,6 +57,8 @@ class ReplayOptions:
     check_collisions: bool = False
     cpu_tier_blocks: int = 0  # a CPU offload tier of this many GPU-block-sized chunks
     cpu_tier_policy: str = "lru"
+    engines: int = 1  # a fleet of this many engines behind `router` (collector/replay/fleet.py)
+    router: str = "round-robin"
 
     def __post_init__(self) -> None:
         from collector.replay.cpu_tier import TIER_POLICIES
@@ -77,6 +80,27 @@ class ReplayOptions:
             raise ValueError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be at least 1, got {self.limit}")
+        self._check_fleet()
+
+    def _check_fleet(self) -> None:
+        if self.engines < 1:
+            raise ValueError(f"--engines must be at least 1, got {self.engines}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"unknown --router {self.router!r}; use one of {ROUTERS}")
+        if self.engines == 1:
+            return
+        if self.timing != "sequential":
+            raise ValueError(
+                f"a fleet replay (--engines {self.engines}) takes --timing sequential for now, "
+                f"not {self.timing!r}"
+            )
+        if self.cpu_tier_blocks:
+            raise ValueError("a fleet replay (--engines above 1) takes no CPU tier for now")
+        if self.settings.kv_layout != "full":
+            raise ValueError(
+                "a fleet replay (--engines above 1) replays one full-attention KV cache group "
+                f"only (--kv-layout full) for now, not {self.settings.kv_layout!r}"
+            )
 
 
 def load_requests(trace_path: Path, options: ReplayOptions) -> list[TraceRequest]:
@@ -141,10 +165,10 @@ def replay_into(
     buffer = EventBuffer()
     made: list[KVCacheHooks] = []
 
-    def make_hooks(manager: Any) -> KVCacheHooks:
+    def make_hooks(manager: Any, engine_buffer: EventBuffer = buffer) -> KVCacheHooks:
         hooks = KVCacheHooks(
             manager,
-            buffer,
+            engine_buffer,
             pseudonymizer=Pseudonymizer(secret, reveal_tenants=options.reveal_tenants),
             clock=clock,
             record_token_ids=options.record_token_ids,
@@ -157,7 +181,11 @@ def replay_into(
         store.append(buffer.take())
 
     vllm_prefix_cache: tuple[int, int] | None
-    if options.timing == "scheduler":
+    if options.engines > 1:
+        vllm_prefix_cache = _replay_fleet(
+            store, requests, options, clock=clock, make_hooks=make_hooks, progress=progress
+        )
+    elif options.timing == "scheduler":
         replay = SchedulerReplay(
             settings,
             SchedulerLimits(
@@ -190,6 +218,33 @@ def replay_into(
     if lost:
         raise RuntimeError(f"replay lost {lost} records; this is a kvscope bug")
     store.finalize(vllm_prefix_cache=vllm_prefix_cache)
+
+
+def _replay_fleet(
+    store: RunStore,
+    requests: list[TraceRequest],
+    options: ReplayOptions,
+    *,
+    clock: VirtualClock,
+    make_hooks: MakeHooks,
+    progress: Callable[[int], None],
+) -> tuple[int, int] | None:
+    """The sequential timing across a fleet of engines; returns vLLM's prefix-cache
+    counters summed over them."""
+    fleet = make_fleet(
+        options.settings,
+        options.engines,
+        options.router,
+        block_hasher=make_block_hasher(options.settings),
+        clock=clock,
+        make_hooks=make_hooks,
+        append=store.append,
+    )
+    try:
+        fleet.run_sequential(requests, progress)
+    finally:
+        fleet.detach()
+    return fleet.prefix_cache_counters()
 
 
 def _simulate(
@@ -260,5 +315,7 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
             "cpu_tier": {"num_blocks": options.cpu_tier_blocks, "policy": options.cpu_tier_policy}
             if options.cpu_tier_blocks
             else None,
+            "engines": options.engines,
+            "router": options.router if options.engines > 1 else None,
         },
     )

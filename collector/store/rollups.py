@@ -9,7 +9,8 @@ not millions of events.
 - `block_heat`: per time bucket, block bin and KV cache group, hits, stores and evictions;
 - `cache_lifetimes`: one row per store: when the block hash entered the cache, when it left
   (evicted, cleared by a reset, or still cached at the end), who stored it, and how many
-  hits it got meanwhile (each hit goes to the latest store of its hash before it);
+  hits it got meanwhile (each hit goes to the latest store of its hash before it), all on
+  the engine (and DP rank) that stored it;
 - `prefix_blocks`: one row per block hash: its parent, position, hits, stores, evictions,
   first and last use, time cached, the tenant and adapter that first stored it;
 - `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (the
@@ -167,22 +168,33 @@ WITH request_roots AS (
     WHERE kind IN ('hit', 'store') AND block_position = 0
     GROUP BY request_id
 ),
-stores AS (
-    SELECT seq, ts_ns, block_id, block_hash, parent_hash, block_position, request_id,
-        coalesce(kv_group, 0) AS kv_group
+engine_events AS (
+    -- Block ids and record numbers hold within one engine (and DP rank) only.
+    SELECT *, coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+        coalesce(kv_group, 0) AS group_id
     FROM events
+    WHERE kind IN ('store', 'evict', 'reset', 'hit')
+),
+stores AS (
+    SELECT engine, rank, seq, ts_ns, block_id, block_hash, parent_hash, block_position,
+        request_id, group_id AS kv_group
+    FROM engine_events
     WHERE kind = 'store'
 ),
-evictions AS (SELECT seq, ts_ns, block_id FROM events WHERE kind = 'evict'),
-resets AS (SELECT seq, ts_ns FROM events WHERE kind = 'reset'),
+evictions AS (SELECT engine, rank, seq, ts_ns, block_id FROM engine_events WHERE kind = 'evict'),
+resets AS (SELECT engine, rank, seq, ts_ns FROM engine_events WHERE kind = 'reset'),
 hits AS (
-    SELECT seq, block_hash, coalesce(kv_group, 0) AS kv_group FROM events WHERE kind = 'hit'
+    SELECT engine, rank, seq, block_hash, group_id AS kv_group
+    FROM engine_events
+    WHERE kind = 'hit'
 ),
 lifetime_hits AS (
-    SELECT stores.seq AS store_seq, stores.block_hash, count(*) AS hits
+    SELECT stores.engine, stores.rank, stores.seq AS store_seq, stores.block_hash,
+        count(*) AS hits
     FROM hits
     ASOF JOIN stores
-        ON hits.block_hash = stores.block_hash AND hits.kv_group = stores.kv_group
+        ON hits.engine = stores.engine AND hits.rank = stores.rank
+        AND hits.block_hash = stores.block_hash AND hits.kv_group = stores.kv_group
         AND stores.seq < hits.seq
     GROUP BY ALL
 )
@@ -210,17 +222,22 @@ SELECT
     requests.lora,
     requests.salt_hash,
     request_roots.root_hash,
-    coalesce(lifetime_hits.hits, 0) AS hits
+    coalesce(lifetime_hits.hits, 0) AS hits,
+    stores.engine,
+    stores.rank
 FROM stores
 ASOF LEFT JOIN evictions
-    ON stores.block_id = evictions.block_id AND evictions.seq > stores.seq
-ASOF LEFT JOIN resets ON resets.seq > stores.seq
+    ON stores.engine = evictions.engine AND stores.rank = evictions.rank
+    AND stores.block_id = evictions.block_id AND evictions.seq > stores.seq
+ASOF LEFT JOIN resets
+    ON stores.engine = resets.engine AND stores.rank = resets.rank AND resets.seq > stores.seq
 LEFT JOIN requests ON requests.request_id = stores.request_id
 LEFT JOIN request_roots ON request_roots.request_id = stores.request_id
 LEFT JOIN lifetime_hits
-    ON lifetime_hits.store_seq = stores.seq AND lifetime_hits.block_hash = stores.block_hash
+    ON lifetime_hits.engine = stores.engine AND lifetime_hits.rank = stores.rank
+    AND lifetime_hits.store_seq = stores.seq AND lifetime_hits.block_hash = stores.block_hash
 CROSS JOIN rollup_grid AS grid
-ORDER BY stores.seq, stores.block_position
+ORDER BY stores.engine, stores.rank, stores.seq, stores.block_position
 """
 
 _PREFIX_BLOCKS = f"""
@@ -277,7 +294,8 @@ ORDER BY used.hits DESC, block_position, used.block_hash
 _TENANT_SHARING = f"""
 CREATE OR REPLACE TABLE tenant_sharing AS
 WITH hits AS (
-    SELECT seq, ts_ns, block_hash, request_id, coalesce(kv_group, 0) AS kv_group
+    SELECT seq, ts_ns, block_hash, request_id, coalesce(kv_group, 0) AS kv_group,
+        coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
     FROM events
     WHERE kind = 'hit' AND {IN_REFERENCE_GROUP}
 )
@@ -292,7 +310,8 @@ SELECT
     count(*) AS block_hits
 FROM hits
 ASOF LEFT JOIN cache_lifetimes
-    ON hits.block_hash = cache_lifetimes.block_hash AND hits.kv_group = cache_lifetimes.kv_group
+    ON hits.engine = cache_lifetimes.engine AND hits.rank = cache_lifetimes.rank
+    AND hits.block_hash = cache_lifetimes.block_hash AND hits.kv_group = cache_lifetimes.kv_group
     AND cache_lifetimes.store_seq < hits.seq
 LEFT JOIN requests ON requests.request_id = hits.request_id
 CROSS JOIN rollup_grid AS grid

@@ -1,0 +1,212 @@
+"""Fleet replays (`--engines N --router R`): a hand-built trace whose answers are known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.cli import main
+from collector.queries.pool import eviction_regret_summary, low_free_periods
+from collector.queries.summary import run_summary
+from collector.store.run_file import RunFile
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
+BLOCK_SIZE = 4
+FAMILIES = {"A": list(range(1, 9)), "B": list(range(101, 109))}  # two blocks of prefix each
+ORDER = "AABBAABB"
+
+
+def family_trace() -> list[dict[str, Any]]:
+    """Requests of two prefix families, A A B B A A B B: each prompt is its family's two
+    blocks then one block of its own (12 tokens), so a hit is the family's 8 tokens (vLLM
+    computes the last prompt token again: at most 11 // 4 = 2 blocks hit)."""
+    return [
+        {
+            "request_id": f"{family}{number}",
+            "timestamp": number * 100,
+            "token_ids": FAMILIES[family] + [1_000 + 10 * number + k for k in range(4)],
+            "output_length": 1,
+        }
+        for number, family in enumerate(ORDER)
+    ]
+
+
+def replay_json(directory: Path, capsys: pytest.CaptureFixture[str], *options: str) -> Any:
+    trace = directory / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in family_trace()))
+    out = directory / f"run{len(list(directory.iterdir()))}.duckdb"
+    argv = ["replay", str(trace), "--out", str(out), "--block-size", str(BLOCK_SIZE)]
+    argv += ["--num-blocks", "20", "--timing", "sequential", "--json", "--quiet", *options]
+    assert main(argv) == 0
+    return out, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def per_engine(out: Path) -> dict[str, tuple[list[str], int]]:
+    """Each engine's requests (in order) and hit tokens."""
+    with RunFile.open(out) as run_file:
+        rows = run_file.rows(
+            "SELECT engine_id, list(request_id ORDER BY seq), sum(num_hit_tokens)::INTEGER "
+            "FROM events WHERE kind = 'lookup' GROUP BY engine_id ORDER BY engine_id"
+        )
+    return {engine: (requests, hit_tokens) for engine, requests, hit_tokens in rows}
+
+
+def duplicated_blocks(out: Path) -> int:
+    """Block hashes stored on more than one engine."""
+    with RunFile.open(out) as run_file:
+        row = run_file.row(
+            "SELECT count(*) FROM (SELECT block_hash FROM events WHERE kind = 'store' "
+            "GROUP BY block_hash HAVING count(DISTINCT engine_id) > 1)"
+        )
+    assert row is not None
+    return int(row[0])
+
+
+# No evictions (20 blocks an engine; an engine caches at most 4 prefix + 4 own blocks).
+# round-robin: engine-0 gets A0 B2 A4 B6, engine-1 A1 B3 A5 B7: each family misses once on
+#   each engine, then hits its 8 tokens: 2 hits of 8 an engine, 32 in all; both engines
+#   cache both families' 2 prefix blocks: 4 duplicated.
+# prefix-affinity: A0 hits nowhere, goes to engine-0 (a tie: the lowest index); A1 hits
+#   there; B2 hits nowhere, goes to the engine routed fewest, engine-1; then each family
+#   stays on its engine: 3 hits of 8 an engine, 48 in all, nothing duplicated.
+EXPECTED = {
+    "round-robin": (
+        {"engine-0": (["A0", "B2", "A4", "B6"], 16), "engine-1": (["A1", "B3", "A5", "B7"], 16)},
+        4,
+    ),
+    "prefix-affinity": (
+        {"engine-0": (["A0", "A1", "A4", "A5"], 24), "engine-1": (["B2", "B3", "B6", "B7"], 24)},
+        0,
+    ),
+}
+
+
+@pytest.mark.parametrize("router", sorted(EXPECTED))
+def test_each_router_places_and_hits_as_worked_out_by_hand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], router: str
+) -> None:
+    out, figures = replay_json(tmp_path, capsys, "--engines", "2", "--router", router)
+    engines, duplicated = EXPECTED[router]
+    assert per_engine(out) == engines
+    assert duplicated_blocks(out) == duplicated
+    hit_tokens = sum(hits for _, hits in engines.values())
+    assert (figures["requests"], figures["prompt_tokens"]) == (8, 96)
+    assert (figures["hit_tokens"], figures["vllm_prefix_cache_hits"]) == (hit_tokens, hit_tokens)
+    assert figures["evictions"] == 0
+    # The stored run sums the engines the same way.
+    assert main(["summary", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == figures
+    with RunFile.open(out) as run_file:
+        options = json.loads(run_file.rows("SELECT options FROM runs")[0][0])
+    assert (options["engines"], options["router"]) == (2, router)
+
+
+def test_prefix_affinity_beats_round_robin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, round_robin = replay_json(tmp_path, capsys, "--engines", "2")
+    _, affinity = replay_json(tmp_path, capsys, "--engines", "2", "--router", "prefix-affinity")
+    assert affinity["token_hit_ratio"] == 0.5 > round_robin["token_hit_ratio"] == 32 / 96
+
+
+def test_least_loaded_balances_the_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, figures = replay_json(tmp_path, capsys, "--engines", "3", "--router", "least-loaded")
+    requests = {engine: names for engine, (names, _) in per_engine(out).items()}
+    assert requests == {
+        "engine-0": ["A0", "B3", "B6"],
+        "engine-1": ["A1", "A4", "B7"],
+        "engine-2": ["B2", "A5"],
+    }
+    assert figures["requests"] == 8
+
+
+def test_one_engine_is_the_plain_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, plain = replay_json(tmp_path, capsys)
+    _, fleet = replay_json(tmp_path, capsys, "--engines", "1", "--router", "prefix-affinity")
+    assert fleet == plain
+
+
+def share_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[Path]:
+    """Each round-robin engine's share of the trace (every other request), replayed alone
+    with the fleet's settings."""
+    trace, runs = family_trace(), []
+    for number in range(2):
+        share = tmp_path / f"share{number}"
+        share.mkdir()
+        (share / "trace.jsonl").write_text(
+            "".join(json.dumps(row) + "\n" for row in trace[number::2])
+        )
+        argv = ["replay", str(share / "trace.jsonl"), "--out", str(share / "run.duckdb")]
+        argv += ["--block-size", "4", "--num-blocks", "6", "--timing", "sequential", "--json"]
+        assert main([*argv, "--quiet"]) == 0
+        capsys.readouterr()
+        runs.append(share / "run.duckdb")
+    return runs
+
+
+def test_each_round_robin_engine_replays_as_a_plain_replay_of_its_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, _ = replay_json(tmp_path, capsys, "--engines", "2", "--num-blocks", "6")
+    for run, (_, hit_tokens) in zip(
+        share_runs(tmp_path, capsys), per_engine(out).values(), strict=True
+    ):
+        with RunFile.open(run) as run_file:
+            assert run_summary(run_file)["hit_tokens"] == hit_tokens
+
+
+def figures(run: Path) -> list[float]:
+    """What the pages read across a run's engines: stretches under half the pool free (each
+    engine's own), evictions and those stored again on their engine, cached lifetimes ended
+    by an eviction and the hits they got."""
+    with RunFile.open(run) as run_file:
+        stretches = len(low_free_periods(run_file, threshold=0.5))
+        regret = eviction_regret_summary(run_file)
+        evicted, hits = run_file.row(
+            "SELECT count(*) FILTER (WHERE ended_by = 'evict'), sum(hits) FROM cache_lifetimes"
+        ) or (0, 0)
+    return [stretches, regret["evictions"], regret["restored"], evicted, hits]
+
+
+def test_a_fleets_figures_are_its_engines_summed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Block ids and record numbers count per engine: pool steps last until the same engine's
+    # next step, an eviction ends the lifetime of that engine's block, and an evicted block
+    # is "stored again" only on its own engine.
+    out, _ = replay_json(tmp_path, capsys, "--engines", "2", "--num-blocks", "6")
+    alone = [figures(run) for run in share_runs(tmp_path, capsys)]
+    summed = [first + second for first, second in zip(*alone, strict=True)]
+    assert figures(out) == pytest.approx(summed)
+    assert summed[0] > 0 and summed[1] > 0 and summed[3] > 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--engines", "0"], "--engines must be at least 1, got 0"),
+        (["--engines", "2"], "a fleet replay (--engines 2) takes --timing sequential"),
+        (["--engines", "2", "--timing", "sequential", "--cpu-tier-blocks", "8"], "no CPU tier"),
+        (["--router", "random"], "argument --router: invalid choice: 'random'"),
+    ],
+)
+def test_bad_fleet_options_exit_2_with_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(json.dumps(family_trace()[0]) + "\n")
+    out = tmp_path / "run.duckdb"
+    argv = ["replay", str(trace), "--out", str(out), "--quiet", *options]
+    try:
+        code = main(argv)
+    except SystemExit as error:  # argparse's own refusal
+        code = error.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
