@@ -45,6 +45,7 @@ CHART_TRACES = {
     "views/policies.py": [4],
     "views/compare.py": [1, 2],
     "views/kv_groups.py": [],  # one group: its blocks are the free-block timeline's
+    "views/fleet.py": [],  # one engine: tests/test_fleet_page.py shows two
 }
 
 
@@ -421,6 +422,7 @@ def said(app: AppTest) -> str:
         ("views/kv_groups.py", "This run has one full-attention group"),
         ("views/collisions.py", "0 in 0 block hits checked"),
         ("views/tenants.py", "No block hit in this time range."),
+        ("views/fleet.py", "This page needs a run with several engines"),
         ("views/compare.py", "Put another run in"),
     ],
 )

@@ -32,6 +32,7 @@ MIN_CHARTS = {
     "kv_groups.py": 0,  # the sample has one group; tests/test_kv_groups_page.py shows two
     "collisions.py": 1,
     "tenants.py": 3,
+    "fleet.py": 0,  # the sample has one engine; tests/test_fleet_page.py shows two
     "advisor.py": 5,
     "policies.py": 1,
     "compare.py": 2,

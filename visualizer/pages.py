@@ -40,6 +40,7 @@ PAGES = (
     Page("kv_groups.py", "KV cache groups"),
     Page("collisions.py", "Collisions"),
     Page("tenants.py", "Tenants & adapters"),
+    Page("fleet.py", "Fleet"),
     Page("advisor.py", "Advisor"),
     Page("policies.py", "Cache policies"),
     Page("compare.py", "Compare runs"),

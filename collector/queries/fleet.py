@@ -1,0 +1,293 @@
+"""A fleet: one run's several engines (engine id x DP rank) side by side: what each was asked
+and hit, how hard its pool ran, how evenly the load spread, and the blocks cached on more
+than one engine at once (cross-replica duplication) with the memory those extra copies take.
+
+Engines' clocks are compared as recorded: a fleet replay's share one clock, a live capture
+of engines on one host their monotonic clock; engines on several hosts are as far apart in
+time as those hosts' clocks are.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import pandas as pd
+
+from collector.model.time_window import TimeWindow
+from collector.queries.pool import LOW_FREE_FRACTION
+from collector.queries.timeline import timeline_span
+from collector.store.run_file import RunFile
+
+UNNAMED_ENGINE = "(unnamed)"
+# The engine of a row: a single-engine run's rows carry no id and rank 0.
+_ENGINE = "coalesce(engine_id, '') AS engine_id, coalesce(dp_rank, 0) AS dp_rank"
+
+
+class LoadImbalance(TypedDict):
+    """The busiest engine's requests and prompt tokens over the fleet's mean (1.0: even)."""
+
+    requests: float
+    prompt_tokens: float
+
+
+class DuplicationSummary(TypedDict):
+    """Extra copies (blocks cached on an engine while another engine holds the same hash):
+    the most at one moment and its share of the fleet's cached blocks then, the time-weighted
+    mean and its share of the mean cached blocks, and the GiB of the peak and the mean."""
+
+    peak_duplicated_blocks: int
+    peak_share: float
+    mean_duplicated_blocks: float
+    mean_share: float
+    peak_duplicated_gib: float
+    mean_duplicated_gib: float
+
+
+def num_engines(run: RunFile) -> int:
+    """Distinct engines (engine id x DP rank) among the run's events and pool snapshots."""
+    row = run.row(
+        f"""
+        SELECT count(*) FROM (
+            SELECT DISTINCT {_ENGINE} FROM events
+            UNION SELECT DISTINCT {_ENGINE} FROM pool
+        )
+        """
+    )
+    return 0 if row is None else int(row[0])
+
+
+def engine_label(engine_id: str, dp_rank: int) -> str:
+    """An engine's name: its id (or "(unnamed)"), and its DP rank where not 0."""
+    name = engine_id or UNNAMED_ENGINE
+    return f"{name} dp{dp_rank}" if dp_rank else name
+
+
+def fleet_engines(
+    run: RunFile, window: TimeWindow | None = None, threshold: float = LOW_FREE_FRACTION
+) -> pd.DataFrame:
+    """Per engine (in `window`, if given): requests first admitted, their prompt and hit
+    tokens, the token hit ratio, evictions; the smallest free share of its pool, and the share
+    of its pool steps' time spent under `threshold` free (each step holds until its next)."""
+    span = timeline_span(run, window, 1)
+    frame = run.frame(
+        f"""
+        WITH engines AS (
+            SELECT DISTINCT {_ENGINE} FROM events WHERE ts_ns >= $start AND ts_ns < $end
+            UNION SELECT DISTINCT {_ENGINE} FROM pool WHERE ts_ns >= $start AND ts_ns < $end
+        ),
+        asked AS (
+            SELECT {_ENGINE},
+                count(*) FILTER (WHERE kind = 'lookup' AND NOT preempted) AS requests,
+                sum(num_prompt_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted)
+                    AS prompt_tokens,
+                sum(num_hit_tokens) FILTER (WHERE kind = 'lookup' AND NOT preempted)
+                    AS hit_tokens,
+                count(*) FILTER (WHERE kind = 'evict') AS evictions
+            FROM events
+            WHERE kind IN ('lookup', 'evict') AND ts_ns >= $start AND ts_ns < $end
+            GROUP BY ALL
+        ),
+        steps AS (
+            SELECT {_ENGINE}, num_free, num_free + num_in_use AS usable,
+                coalesce(lead(ts_ns) OVER by_engine, ts_ns) - ts_ns AS held_ns
+            FROM pool
+            WHERE ts_ns >= $start AND ts_ns < $end
+            WINDOW by_engine AS (
+                PARTITION BY coalesce(engine_id, ''), coalesce(dp_rank, 0) ORDER BY seq
+            )
+        ),
+        pressure AS (
+            SELECT engine_id, dp_rank,
+                min(num_free / nullif(usable, 0)) AS min_free_share,
+                coalesce(sum(held_ns) FILTER (WHERE num_free < $threshold * usable), 0)
+                    / nullif(sum(held_ns), 0) AS low_free_time_share
+            FROM steps
+            GROUP BY ALL
+        )
+        SELECT engine_id, dp_rank,
+            coalesce(requests, 0) AS requests,
+            CAST(coalesce(prompt_tokens, 0) AS BIGINT) AS prompt_tokens,
+            CAST(coalesce(hit_tokens, 0) AS BIGINT) AS hit_tokens,
+            coalesce(hit_tokens / nullif(prompt_tokens, 0), 0) AS hit_ratio,
+            coalesce(evictions, 0) AS evictions,
+            min_free_share,
+            coalesce(low_free_time_share, 0) AS low_free_time_share
+        FROM engines
+        LEFT JOIN asked USING (engine_id, dp_rank)
+        LEFT JOIN pressure USING (engine_id, dp_rank)
+        ORDER BY engine_id, dp_rank
+        """,
+        {"start": span["start"], "end": span["end"], "threshold": threshold},
+    )
+    labels = map(engine_label, frame["engine_id"], frame["dp_rank"])
+    return frame.assign(engine=list(labels))
+
+
+def load_imbalance(engines: pd.DataFrame) -> LoadImbalance:
+    """Max over mean of `fleet_engines`' requests and prompt tokens (0 when none)."""
+
+    def ratio(column: str) -> float:
+        mean = float(engines[column].mean()) if len(engines) else 0.0
+        return float(engines[column].max()) / mean if mean else 0.0
+
+    return {"requests": ratio("requests"), "prompt_tokens": ratio("prompt_tokens")}
+
+
+def free_share_timeline(
+    run: RunFile, window: TimeWindow | None = None, max_points: int = 500
+) -> pd.DataFrame:
+    """Per engine and time bucket: the smallest share of its pool free (its fullest moment)."""
+    frame = run.frame(
+        f"""
+        SELECT {_ENGINE},
+            ($start - $origin + (ts_ns - $start) // $bucket * $bucket) / 1e9 AS t_s,
+            min(num_free / nullif(num_free + num_in_use, 0)) AS free_share
+        FROM pool
+        WHERE ts_ns >= $start AND ts_ns < $end
+        GROUP BY ALL
+        ORDER BY engine_id, dp_rank, t_s
+        """,
+        timeline_span(run, window, max_points),
+    )
+    labels = map(engine_label, frame["engine_id"], frame["dp_rank"])
+    return frame.assign(engine=list(labels))
+
+
+# The fleet's cache after each moment it changed, in [$start, $end): `cached_blocks` (every
+# copy on every engine), `duplicated_hashes` (hashes held by more than one engine) and
+# `duplicated_blocks` (the copies beyond the first engine's: engines holding the hash - 1),
+# each holding from `ts_ns` until `until_ns`. A hash (with its KV cache group) is cached on
+# an engine from a store until that block's next eviction or the engine's next reset (the
+# end if neither). Counted as interval endpoints and running sums, never per event in Python:
+# copies per engine and hash, then engines per hash, then the fleet.
+_STATES_SQL = f"""
+    WITH stores AS (
+        SELECT {_ENGINE}, seq, ts_ns, block_id, block_hash, coalesce(kv_group, 0) AS kv_group
+        FROM events WHERE kind = 'store' AND ts_ns < $end
+    ),
+    evictions AS (SELECT {_ENGINE}, seq, ts_ns, block_id FROM events WHERE kind = 'evict'),
+    resets AS (SELECT {_ENGINE}, seq, ts_ns FROM events WHERE kind = 'reset'),
+    lifetimes AS (
+        SELECT stores.engine_id, stores.dp_rank, stores.block_hash, stores.kv_group,
+            greatest(stores.ts_ns, $start) AS stored_ns,
+            least(coalesce(evictions.ts_ns, $end), coalesce(resets.ts_ns, $end), $end)
+                AS ended_ns
+        FROM stores
+        ASOF LEFT JOIN evictions
+            ON stores.engine_id = evictions.engine_id AND stores.dp_rank = evictions.dp_rank
+            AND stores.block_id = evictions.block_id AND evictions.seq > stores.seq
+        ASOF LEFT JOIN resets
+            ON stores.engine_id = resets.engine_id AND stores.dp_rank = resets.dp_rank
+            AND resets.seq > stores.seq
+    ),
+    changes AS (
+        SELECT engine_id, dp_rank, block_hash, kv_group, stored_ns AS ts_ns, 1 AS change
+        FROM lifetimes WHERE ended_ns > stored_ns
+        UNION ALL
+        SELECT engine_id, dp_rank, block_hash, kv_group, ended_ns, -1
+        FROM lifetimes WHERE ended_ns > stored_ns
+    ),
+    copies AS (
+        SELECT engine_id, dp_rank, block_hash, kv_group, ts_ns, sum(change) AS change,
+            sum(sum(change)) OVER (
+                PARTITION BY engine_id, dp_rank, block_hash, kv_group ORDER BY ts_ns
+            ) > 0 AS held
+        FROM changes GROUP BY engine_id, dp_rank, block_hash, kv_group, ts_ns
+    ),
+    holders AS (
+        SELECT block_hash, kv_group, ts_ns, change,
+            held::INTEGER - coalesce(lag(held::INTEGER) OVER (
+                PARTITION BY engine_id, dp_rank, block_hash, kv_group ORDER BY ts_ns
+            ), 0) AS holder_change
+        FROM copies
+    ),
+    spread AS (
+        SELECT block_hash, kv_group, ts_ns, sum(change) AS change,
+            sum(sum(holder_change)) OVER (
+                PARTITION BY block_hash, kv_group ORDER BY ts_ns
+            ) AS holders
+        FROM holders GROUP BY block_hash, kv_group, ts_ns
+    ),
+    hash_changes AS (
+        SELECT ts_ns, change,
+            greatest(holders - 1, 0) - coalesce(lag(greatest(holders - 1, 0)) OVER by_hash, 0)
+                AS extra_change,
+            (holders > 1)::INTEGER - coalesce(lag((holders > 1)::INTEGER) OVER by_hash, 0)
+                AS duplicated_change
+        FROM spread
+        WINDOW by_hash AS (PARTITION BY block_hash, kv_group ORDER BY ts_ns)
+    ),
+    states AS (
+        SELECT ts_ns,
+            sum(sum(change)) OVER by_time AS cached_blocks,
+            sum(sum(duplicated_change)) OVER by_time AS duplicated_hashes,
+            sum(sum(extra_change)) OVER by_time AS duplicated_blocks,
+            coalesce(lead(ts_ns) OVER by_time, $end) AS until_ns
+        FROM hash_changes GROUP BY ts_ns
+        WINDOW by_time AS (ORDER BY ts_ns)
+    )
+"""
+
+
+def fleet_duplication(
+    run: RunFile, gib_per_block: float, window: TimeWindow | None = None, max_points: int = 500
+) -> pd.DataFrame:
+    """Per time bucket (in `window`, if given; about `max_points`): the most hashes cached on
+    more than one engine at once and the most extra copies (blocks beyond the first engine's)
+    with their GiB at `gib_per_block`; the time-weighted mean of extra and of all copies."""
+    return run.frame(
+        f"""
+        {_STATES_SQL},
+        pieces AS (
+            SELECT *, unnest(range(
+                (ts_ns - $start) // $bucket, (until_ns - 1 - $start) // $bucket + 1
+            )) AS bucket
+            FROM states WHERE until_ns > ts_ns
+        ),
+        bucket_pieces AS (
+            SELECT *, least(until_ns, $start + (bucket + 1) * $bucket, $end)
+                - greatest(ts_ns, $start + bucket * $bucket) AS overlap_ns,
+                least($start + (bucket + 1) * $bucket, $end) - ($start + bucket * $bucket)
+                    AS bucket_ns
+            FROM pieces
+        )
+        SELECT ($start - $origin + bucket * $bucket) / 1e9 AS t_s,
+            CAST(max(duplicated_hashes) AS BIGINT) AS duplicated_hashes,
+            CAST(max(duplicated_blocks) AS BIGINT) AS duplicated_blocks,
+            max(duplicated_blocks) * $gib_per_block AS duplicated_gib,
+            sum(duplicated_blocks * overlap_ns) / any_value(bucket_ns) AS mean_duplicated_blocks,
+            sum(cached_blocks * overlap_ns) / any_value(bucket_ns) AS mean_cached_blocks
+        FROM bucket_pieces
+        GROUP BY bucket
+        ORDER BY bucket
+        """,
+        {**timeline_span(run, window, max_points), "gib_per_block": gib_per_block},
+    )
+
+
+def duplication_summary(
+    run: RunFile, gib_per_block: float, window: TimeWindow | None = None
+) -> DuplicationSummary:
+    """The most extra copies at one moment and the time-weighted mean over the window, each
+    with its share of the fleet's cached blocks and its GiB at `gib_per_block`."""
+    span = timeline_span(run, window, 1)
+    row = run.row(
+        f"""
+        {_STATES_SQL}
+        SELECT coalesce(max(duplicated_blocks), 0),
+            coalesce(arg_max(duplicated_blocks / nullif(cached_blocks, 0), duplicated_blocks), 0),
+            coalesce(sum(duplicated_blocks * (until_ns - ts_ns)), 0) / ($end - $start),
+            coalesce(sum(cached_blocks * (until_ns - ts_ns)), 0) / ($end - $start)
+        FROM states
+        """,
+        {"start": span["start"], "end": span["end"]},
+    )
+    peak, peak_share, mean, mean_cached = row if row is not None else (0, 0.0, 0.0, 0.0)
+    return {
+        "peak_duplicated_blocks": int(peak),
+        "peak_share": float(peak_share),
+        "mean_duplicated_blocks": float(mean),
+        "mean_share": float(mean) / float(mean_cached) if mean_cached else 0.0,
+        "peak_duplicated_gib": int(peak) * gib_per_block,
+        "mean_duplicated_gib": float(mean) * gib_per_block,
+    }
