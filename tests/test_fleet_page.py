@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.model.kv_memory import MODELS, gib_for_blocks
 from collector.queries import fleet
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunConfig, RunFile, RunStore
@@ -135,7 +136,8 @@ def test_the_page_shows_the_fleet(fleet_run: Path) -> None:
     assert shown["Engines"] == "2"
     assert shown["Fleet hit ratio (tokens)"] == f"{4 / 24:.1%}"
     assert shown["Load imbalance (requests)"] == "1.33x"
-    assert shown["Peak duplicated"].startswith("2 blocks")
+    # 2 blocks of 4 tokens at the default KV spec (llama-3.1-8b, bfloat16)
+    assert shown["Peak duplicated"] == f"{gib_for_blocks(MODELS['llama-3.1-8b'], 4, 2):.3g} GiB"
     charts = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
     assert [len(chart["data"]) for chart in charts] == [1, 1, 2, 2]
     assert [trace["name"] for trace in charts[2]["data"]] == ["a", "b"]

@@ -72,8 +72,7 @@ def _headline(engines: pd.DataFrame, summary: fleet.DuplicationSummary) -> None:
             "Engines": f"{len(engines):,}",
             "Fleet hit ratio (tokens)": f"{hit_ratio:.1%}",
             "Load imbalance (requests)": f"{imbalance['requests']:.2f}x",
-            "Peak duplicated": f"{summary['peak_duplicated_blocks']:,} blocks "
-            f"({summary['peak_duplicated_gib']:.3g} GiB)",
+            "Peak duplicated": f"{summary['peak_duplicated_gib']:.3g} GiB",
         },
         {
             "Engines": "Engine ids x data-parallel ranks with records in this range.",
@@ -81,9 +80,10 @@ def _headline(engines: pd.DataFrame, summary: fleet.DuplicationSummary) -> None:
             "requests admitted for the first time.",
             "Load imbalance (requests)": "The busiest engine's requests over the mean per "
             f"engine (1.00x: even). Prompt tokens: {imbalance['prompt_tokens']:.2f}x.",
-            "Peak duplicated": "The most extra copies at one moment: blocks cached on an "
-            "engine while another engine holds the same hash (copies beyond the first "
-            "engine's), and the memory they take at the assumed KV spec.",
+            "Peak duplicated": f"{summary['peak_duplicated_blocks']:,} blocks: the most extra "
+            "copies at one moment, blocks cached on an engine while another engine holds the "
+            "same hash (copies beyond the first engine's), and the memory they take at the "
+            "assumed KV spec.",
         },
     )
 
