@@ -497,6 +497,7 @@ def test_every_rule_has_a_test_here() -> None:
         "warm-prefix",
         "cache-policy",
         "cpu-tier",
+        "routing",  # tests/test_advisor_routing.py
     }
     assert {name for name, _ in RULES} == tested
 

@@ -12,27 +12,9 @@ from collector.cli import main
 from collector.queries.pool import eviction_regret_summary, low_free_periods
 from collector.queries.summary import run_summary
 from collector.store.run_file import RunFile
+from tests.support.fleet import BLOCK_SIZE, family_trace
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
-
-BLOCK_SIZE = 4
-FAMILIES = {"A": list(range(1, 9)), "B": list(range(101, 109))}  # two blocks of prefix each
-ORDER = "AABBAABB"
-
-
-def family_trace() -> list[dict[str, Any]]:
-    """Requests of two prefix families, A A B B A A B B: each prompt is its family's two
-    blocks then one block of its own (12 tokens), so a hit is the family's 8 tokens (vLLM
-    computes the last prompt token again: at most 11 // 4 = 2 blocks hit)."""
-    return [
-        {
-            "request_id": f"{family}{number}",
-            "timestamp": number * 100,
-            "token_ids": FAMILIES[family] + [1_000 + 10 * number + k for k in range(4)],
-            "output_length": 1,
-        }
-        for number, family in enumerate(ORDER)
-    ]
 
 
 def replay_json(directory: Path, capsys: pytest.CaptureFixture[str], *options: str) -> Any:

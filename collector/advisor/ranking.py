@@ -16,6 +16,7 @@ from collector.advisor import (
     hash_algo,
     lora,
     pool_pressure,
+    routing,
     tenant_isolation,
     warming,
 )
@@ -43,6 +44,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("warm-prefix", warming.warming),
     ("cache-policy", cache_policy.cache_policy),
     ("cpu-tier", cpu_tier.cpu_tier),
+    ("routing", routing.routing),
 )
 
 
