@@ -49,6 +49,21 @@ def replayed_hits(run: Path) -> dict[str, tuple[int, int]]:
     return {request_id: (hits, tier) for request_id, hits, tier in rows}
 
 
+def connector_hits(
+    tmp_path: Path, prompts: list[list[int]], cpu_tier_blocks: int
+) -> dict[str, tuple[int, int]]:
+    """Each prompt's (GPU, tier) hits, one at a time through vLLM's Scheduler with its
+    OffloadingConnector: 199 usable GPU blocks, a tier of `cpu_tier_blocks`."""
+    scheduler = make_scheduler(
+        tmp_path / "model", BLOCK_SIZE, 200, 1, cpu_tier_blocks=cpu_tier_blocks
+    )
+    buffer = EventBuffer()
+    hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
+    hooks.attach()
+    drive_with_tier(scheduler, prompts, output_length=2, one_at_a_time=True)
+    return recorded_hits(buffer)
+
+
 def test_the_hooks_record_what_vllms_offloading_connector_loads(tmp_path: Path) -> None:
     scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, 16, 8, cpu_tier_blocks=128)
     buffer = EventBuffer()
@@ -73,12 +88,7 @@ def test_the_replay_agrees_with_vllms_connector_on_a_mixed_workload(tmp_path: Pa
     # one at a time, 199 usable GPU blocks, a tier that never has to drop a block: every
     # request's GPU hit and tier hit are the engine's.
     prompts = [row["token_ids"] for row in workload()[:200]]
-    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, 200, 1, cpu_tier_blocks=2_000)
-    buffer = EventBuffer()
-    hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
-    hooks.attach()
-    drive_with_tier(scheduler, prompts, output_length=2, one_at_a_time=True)
-    live = recorded_hits(buffer)
+    live = connector_hits(tmp_path, prompts, 2_000)
     rows = [
         {"request_id": f"r{index}", "timestamp": index, "token_ids": tokens, "output_length": 2}
         for index, tokens in enumerate(prompts)
@@ -96,14 +106,7 @@ def test_a_scheduler_replay_with_a_tier_is_vllms_connector_request_by_request(
     # with it on every request, also with a tier that must drop blocks (400), where the
     # sequential replay's one-pass model of the connector misses 2 of 200.
     prompts = [row["token_ids"] for row in workload()[:200]]
-    scheduler = make_scheduler(
-        tmp_path / "model", BLOCK_SIZE, 200, 1, cpu_tier_blocks=cpu_tier_blocks
-    )
-    buffer = EventBuffer()
-    hooks = KVCacheHooks(scheduler.kv_cache_manager, buffer, pseudonymizer=Pseudonymizer(b"k"))
-    hooks.attach()
-    drive_with_tier(scheduler, prompts, output_length=2, one_at_a_time=True)
-    live = recorded_hits(buffer)
+    live = connector_hits(tmp_path, prompts, cpu_tier_blocks)
     rows = [
         {
             "request_id": f"r{index}",

@@ -18,6 +18,7 @@ from visualizer.charts.theme import (
     RATIO_AXIS,
     RUN_DASHES,
     VERDICT_COLORS,
+    alarm_line,
     nth_color,
     styled,
 )
@@ -66,12 +67,7 @@ def free_blocks_comparison_figure(
             mode="lines",
             line=_run_line(index, width=1.5),
         )
-    figure.add_hline(
-        y=alarm_fraction,
-        line={"dash": "dash", "color": COLORS["alarm"]},
-        annotation_text=f"{alarm_fraction:.0%} free",
-        annotation_position="top left",
-    )
+    alarm_line(figure, alarm_fraction, alarm_fraction)
     return styled(
         figure,
         title="Free blocks over time (share of the pool)",

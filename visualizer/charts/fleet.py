@@ -6,7 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, RATIO_AXIS, nth_color, styled, two_axes_figure
+from visualizer.charts.theme import (
+    COLORS,
+    RATIO_AXIS,
+    alarm_line,
+    nth_color,
+    styled,
+    two_axes_figure,
+)
 
 ENGINE_AXIS = {"title": "", "type": "category"}
 
@@ -66,12 +73,7 @@ def free_share_figure(timeline: pd.DataFrame, alarm_fraction: float) -> go.Figur
             mode="lines",
             line={"color": nth_color(index)},
         )
-    figure.add_hline(
-        y=alarm_fraction,
-        line={"dash": "dash", "color": COLORS["alarm"]},
-        annotation_text=f"{alarm_fraction:.0%} free",
-        annotation_position="top left",
-    )
+    alarm_line(figure, alarm_fraction, alarm_fraction)
     return styled(
         figure,
         title="Free share of each engine's pool",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, styled
+from visualizer.charts.theme import COLORS, alarm_line, styled
 
 POOL_STATES = (
     ("in_use", "in use"),
@@ -36,12 +36,7 @@ def free_blocks_figure(
             line={"width": 0.5, "color": COLORS[column]},
         )
     alarm = alarm_fraction * num_usable_blocks
-    figure.add_hline(
-        y=num_usable_blocks - alarm,
-        line={"dash": "dash", "color": COLORS["alarm"]},
-        annotation_text=f"{alarm_fraction:.0%} free",
-        annotation_position="top left",
-    )
+    alarm_line(figure, num_usable_blocks - alarm, alarm_fraction)
     for period in low_periods.itertuples():
         figure.add_vrect(
             x0=period.start_s,

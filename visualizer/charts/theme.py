@@ -81,6 +81,16 @@ def styled(figure: go.Figure, **layout: Any) -> go.Figure:
     return figure
 
 
+def alarm_line(figure: go.Figure, y: float, alarm_fraction: float) -> None:
+    """The pool's alarm line at `y`, labelled with the free share it stands for."""
+    figure.add_hline(
+        y=y,
+        line={"dash": "dash", "color": COLORS["alarm"]},
+        annotation_text=f"{alarm_fraction:.0%} free",
+        annotation_position="top left",
+    )
+
+
 def right_axis(title: str, **axis: Any) -> dict[str, Any]:
     """Layout keys for a second y axis on the right (for a series of another magnitude), with
     the room its title needs."""
