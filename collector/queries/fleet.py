@@ -157,28 +157,17 @@ def free_share_timeline(
 # copy on every engine), `duplicated_hashes` (hashes held by more than one engine) and
 # `duplicated_blocks` (the copies beyond the first engine's: engines holding the hash - 1),
 # each holding from `ts_ns` until `until_ns`. A hash (with its KV cache group) is cached on
-# an engine from a store until that block's next eviction or the engine's next reset (the
-# end if neither). Counted as interval endpoints and running sums, never per event in Python:
-# copies per engine and hash, then engines per hash, then the fleet.
-_STATES_SQL = f"""
-    WITH stores AS (
-        SELECT {_ENGINE}, seq, ts_ns, block_id, block_hash, coalesce(kv_group, 0) AS kv_group
-        FROM events WHERE kind = 'store' AND ts_ns < $end
-    ),
-    evictions AS (SELECT {_ENGINE}, seq, ts_ns, block_id FROM events WHERE kind = 'evict'),
-    resets AS (SELECT {_ENGINE}, seq, ts_ns FROM events WHERE kind = 'reset'),
-    lifetimes AS (
-        SELECT stores.engine_id, stores.dp_rank, stores.block_hash, stores.kv_group,
-            greatest(stores.ts_ns, $start) AS stored_ns,
-            least(coalesce(evictions.ts_ns, $end), coalesce(resets.ts_ns, $end), $end)
-                AS ended_ns
-        FROM stores
-        ASOF LEFT JOIN evictions
-            ON stores.engine_id = evictions.engine_id AND stores.dp_rank = evictions.dp_rank
-            AND stores.block_id = evictions.block_id AND evictions.seq > stores.seq
-        ASOF LEFT JOIN resets
-            ON stores.engine_id = resets.engine_id AND stores.dp_rank = resets.dp_rank
-            AND resets.seq > stores.seq
+# an engine for one of its `cache_lifetimes` (from a store until that engine evicts the block
+# or resets; a lifetime still open at the run's end lasts to the window's end). Counted as
+# interval endpoints and running sums, never per event in Python: copies per engine and
+# hash, then engines per hash, then the fleet.
+_STATES_SQL = """
+    WITH lifetimes AS (
+        SELECT engine AS engine_id, rank AS dp_rank, block_hash, kv_group,
+            greatest(stored_ns, $start) AS stored_ns,
+            CASE WHEN ended_by IS NULL THEN $end ELSE least(ended_ns, $end) END AS ended_ns
+        FROM cache_lifetimes
+        WHERE stored_ns < $end
     ),
     changes AS (
         SELECT engine_id, dp_rank, block_hash, kv_group, stored_ns AS ts_ns, 1 AS change
