@@ -4,7 +4,8 @@ Only full blocks are cached, so the tokens after a prompt's last block boundary 
 reused (stranded), and a shared prefix is reused only up to the block boundary below its
 end (hits lost at block boundaries). The sweep is the one-pass curve of the recorded prompts
 at each candidate block size, compared at the same KV memory as the run's pool; what-if
-replays at other block sizes (`kvscope whatif --kv-gib ...`) are shown beside it.
+replays at other block sizes (`kvscope whatif --kv-gib ...`) are shown beside it. On a fleet
+the curves are each engine's own, summed (`RunContext.token_curve`), at each engine's memory.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def block_size(context: RunContext) -> list[Suggestion]:
         f"with an unlimited cache, block size {finest} hits {sweep[finest][1]:.1%} of prompt "
         f"tokens and {current} hits {sweep[current][1]:.1%}: {boundary_loss * 100:.1f} points "
         "are lost at block boundaries",
-        "at the run's KV memory: "
+        f"at the run's KV memory{context.per_engine}: "
         + ", ".join(f"{size}: {ratio:.1%}" for size, (ratio, _) in sorted(sweep.items())),
         *_replay_lines(context),
     ]
@@ -74,6 +75,7 @@ def block_size(context: RunContext) -> list[Suggestion]:
                 f"`--block-size {best}` (with `--num-gpu-blocks-override "
                 f"{same_memory_blocks(context, best)}` for the same memory); check that your "
                 "attention backend supports it (FlashAttention needs a multiple of 16)"
+                + context.on_each_engine
             ),
             gain_tokens=gain_tokens,
             figures={
@@ -94,9 +96,9 @@ def _stranded_tokens(context: RunContext, block_size: int) -> float:
 
 
 def _replay_lines(context: RunContext) -> list[str]:
-    if not context.whatif:
+    rows = sorted(context.whatif_rows, key=lambda row: (row["block_size"], row["num_blocks"]))
+    if not rows:
         return []
-    rows = sorted(context.whatif["results"], key=lambda row: (row["block_size"], row["num_blocks"]))
     return [
         "what-if replays through vLLM: "
         + ", ".join(

@@ -4,7 +4,8 @@ The run's own block stream is replayed one request at a time (collector/model/po
 at its pool size under LRU, with the hottest prefix families pinned, with the families that
 no request reuses soon left uncached, and under Belady's MIN, the ceiling. The rule fires
 when pinning or admission wins at least MIN_GAIN of token hit ratio. vLLM has no pinning or
-admission flag, so the action names what an operator can do instead.
+admission flag, so the action names what an operator can do instead. A run of several engines
+(several pools) is not judged.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ MIN_GAIN = 0.02  # of token hit ratio: 2 points
 
 def cache_policy(context: RunContext) -> list[Suggestion]:
     """One suggestion when pinning or admission beats LRU by MIN_GAIN or more."""
+    if context.num_engines > 1:
+        raise NotApplicable(
+            f"this run has {context.num_engines} engines, each with its own pool; the policy "
+            "replay models one pool (replay each engine's share of the trace, or compare "
+            "routers with the routing rule)"
+        )
     stream, block_size, num_blocks = context.block_stream, context.block_size, context.num_blocks
     try:
         check_replay_size(stream, MAX_BLOCK_REFERENCES, POLICY_REPLAYS)

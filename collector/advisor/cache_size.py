@@ -7,6 +7,10 @@ block size decide instead; a sweep that stops short is said to, and decides noth
 one, a run whose requests overlapped is replayed through vLLM's Scheduler at its own pool and
 at the curve's (collector/advisor/scheduler_check.py), and those replays give the ratios; the
 curve's are exact only for a run replayed one request at a time.
+
+On a fleet the curve is each engine's own, summed (`RunContext.curve`): every size is a pool
+per engine, exact for a fleet replayed one request at a time (an engine's pool sees only its
+own requests); vLLM's Scheduler replays one engine, so it checks no fleet.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ TARGET_FRACTION = 0.95
 MEMORY_STEPS_GIB = (1, 2, 4, 8, 16)
 SHRINK_LOSS = 0.005
 CURVE_SOURCE = "one-pass curve of this run's block stream (one request at a time)"
+FLEET_CURVE_SOURCE = (
+    "one-pass curves of each engine's own block stream (one request at a time), summed over "
+    "the fleet"
+)
 SCHEDULER_SOURCE = (
     "replays through vLLM's Scheduler at the run's arrival times "
     "(the one-pass curve picked the size)"
@@ -109,16 +117,14 @@ def _checked(
         ratio=context.curve.token_hit_ratio(num_blocks),
         current_ratio=context.curve.token_hit_ratio(context.num_blocks),
         top_ratio=top,
-        source=CURVE_SOURCE,
+        source=CURVE_SOURCE if context.num_engines == 1 else FLEET_CURVE_SOURCE,
         short_sweep=short_sweep,
         curve_note=check.skipped,
     )
 
 
 def _replays_at_block_size(context: RunContext) -> list[dict[str, Any]]:
-    if not context.whatif:
-        return []
-    return [row for row in context.whatif["results"] if row["block_size"] == context.block_size]
+    return [row for row in context.whatif_rows if row["block_size"] == context.block_size]
 
 
 def cache_size(context: RunContext) -> list[Suggestion]:
@@ -148,7 +154,8 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
     gain_tokens = gain * context.prompt_tokens
     return Suggestion(
         rule="cache-size",
-        title=f"Grow the KV cache to {target:,} blocks (+{extra_gib:.1f} GiB)",
+        title=f"Grow the KV cache to {target:,} blocks{context.per_engine} "
+        f"(+{extra_gib:.1f} GiB{context.per_engine})",
         severity=severity_for_gain(gain),
         evidence=_evidence(context, recommendation),
         effect=(
@@ -156,7 +163,7 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
             f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
             f"from the cache over this run), per the {recommendation.source}"
         ),
-        action=_action(settings),
+        action=_action(settings) + context.on_each_engine,
         gain_tokens=gain_tokens,
         figures={
             "current_num_blocks": current,
@@ -178,7 +185,8 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
     loss = recommendation.current_ratio - recommendation.ratio
     return Suggestion(
         rule="cache-size",
-        title=f"The KV cache is larger than this workload uses: {target:,} blocks would do",
+        title="The KV cache is larger than this workload uses: "
+        f"{target:,} blocks{context.per_engine} would do",
         severity="low",
         evidence=_evidence(context, recommendation),
         effect=(
@@ -193,7 +201,8 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
                 gib_for_blocks(spec, block_size, current),
                 max_model_len=context.max_model_len,
             )
-        ),
+        )
+        + context.on_each_engine,
         figures={"current_num_blocks": current, "recommended_num_blocks": target},
         charts=[curve_chart(context, recommendation)],
     )
@@ -206,12 +215,13 @@ def _action(settings: list[str]) -> str:
 
 def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[str]:
     curve, spec, block_size = context.curve, context.spec, context.block_size
-    current = context.num_blocks
+    current, per_engine = context.num_blocks, context.per_engine
     lines = [
-        f"at the run's {current:,} blocks ({gib_for_blocks(spec, block_size, current):.1f} GiB) "
+        f"at the run's {current:,} blocks{per_engine} "
+        f"({gib_for_blocks(spec, block_size, current):.1f} GiB) "
         f"the token hit ratio is {recommendation.current_ratio:.1%}; an unlimited cache would "
         f"give {recommendation.top_ratio:.1%} (one-pass curve); source: {recommendation.source}",
-        f"{recommendation.num_blocks:,} blocks reach {recommendation.ratio:.1%}, "
+        f"{recommendation.num_blocks:,} blocks{per_engine} reach {recommendation.ratio:.1%}, "
         f"{TARGET_FRACTION:.0%} of what an unlimited cache gives",
         f"the run itself measured {context.summary['token_hit_ratio']:.1%} "
         f"({_concurrency(context)}); {_models(recommendation)}",
@@ -221,7 +231,7 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
         extra = blocks_for_gib(spec, block_size, gib)
         ratio = curve.token_hit_ratio(current + extra)
         lines.append(
-            f"+{gib} GiB of KV cache (+{extra:,} blocks) -> {ratio:.1%} "
+            f"+{gib} GiB of KV cache{per_engine} (+{extra:,} blocks) -> {ratio:.1%} "
             f"({(ratio - curve.token_hit_ratio(current)) * 100:+.1f} points)"
         )
     return lines
@@ -234,14 +244,19 @@ def _models(recommendation: SizeRecommendation) -> str:
             "the Scheduler replays overlap its requests as they arrived; the one-pass curve "
             "(which picked the size, and gives the memory steps below) models one at a time"
         )
+    if recommendation.source == FLEET_CURVE_SOURCE:
+        return "the curves model one request at a time on each engine"
     return "the curve models one request at a time"
 
 
 def _concurrency(context: RunContext) -> str:
     seqs = context.config["max_num_seqs"]
-    if seqs == 1:
-        return "one request at a time"
-    return f"{context.config['timing'] or 'live'} timing, up to {seqs or '?'} requests at once"
+    timing = (
+        "one request at a time"
+        if seqs == 1
+        else f"{context.config['timing'] or 'live'} timing, up to {seqs or '?'} requests at once"
+    )
+    return timing if context.num_engines == 1 else f"{context.num_engines} engines, {timing} each"
 
 
 def curve_chart(context: RunContext, recommendation: SizeRecommendation) -> Chart:
@@ -268,8 +283,8 @@ def curve_chart(context: RunContext, recommendation: SizeRecommendation) -> Char
         )
     return Chart(
         kind="line",
-        title=f"Token hit ratio by pool size (block size {context.block_size})",
-        x_title="KV cache blocks",
+        title=f"Token hit ratio by pool size{context.per_engine} (block size {context.block_size})",
+        x_title=f"KV cache blocks{context.per_engine}",
         y_title="token hit ratio",
         series=series,
         markers={"current": context.num_blocks, "recommended": recommendation.num_blocks},

@@ -1,7 +1,13 @@
-"""Everything the rules read about one run, each piece computed once and only when asked."""
+"""Everything the rules read about one run, each piece computed once and only when asked.
+
+A run of several engines (a fleet: engine id x DP rank) has one pool of `num_blocks` per
+engine. Its curves are each engine's own, from that engine's requests in its order, summed
+at every pool size per engine: a fleet's pool sizes are per engine throughout.
+"""
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +20,7 @@ from collector.model.block_stream import (
     vllm_namespace,
 )
 from collector.model.kv_memory import MODELS, GpuMemory, KVSpec
-from collector.model.mrc import MissRatioCurve, miss_ratio_curve
+from collector.model.mrc import MissRatioCurve, fleet_curve, miss_ratio_curve
 from collector.queries.config import RunRow, run_config
 from collector.queries.summary import RunSummary, run_summary
 from collector.replay.traces import TraceRequest
@@ -22,6 +28,7 @@ from collector.store.run_file import RunFile
 
 if TYPE_CHECKING:
     from collector.advisor.scheduler_check import SchedulerCheck
+    from collector.queries.requests import Engine
 
 # What a CPU tier's loads move at, GB/s: PCIe 4.0 x16's 32 GB/s less protocol overhead (an
 # H100 on PCIe 5.0 reaches about twice it). Editable: `kvscope advise --pcie-gb-per-s`.
@@ -69,16 +76,52 @@ class RunContext:
         return int(self.config["num_blocks"])
 
     @cached_property
+    def num_engines(self) -> int:
+        """The engines (engine id x DP rank) the run's records name: 1 for a single engine."""
+        from collector.queries.fleet import num_engines
+
+        return max(num_engines(self.run), 1)
+
+    @property
+    def per_engine(self) -> str:
+        """Words to put after a pool size: on a fleet, sizes are each engine's."""
+        return " per engine" if self.num_engines > 1 else ""
+
+    @property
+    def on_each_engine(self) -> str:
+        """Where a fleet's setting goes: every engine (each has its own pool); "" for one."""
+        return f" (on each of the {self.num_engines} engines)" if self.num_engines > 1 else ""
+
+    @cached_property
     def block_stream(self) -> list[RequestBlocks]:
-        """The run's own block hashes, request by request in arrival order."""
+        """The run's own block hashes, request by request in arrival order (all engines')."""
         from collector.queries.requests import run_block_stream
 
         return run_block_stream(self.run)[1]
 
     @cached_property
+    def engine_streams(self) -> list[list[RequestBlocks]]:
+        """Each engine's own block hashes, request by request in its arrival order."""
+        from collector.queries.requests import engine_block_streams
+
+        return list(engine_block_streams(self.run)[1].values())
+
+    @cached_property
     def curve(self) -> MissRatioCurve:
-        """The one-pass curve of the run's own block hashes (one request at a time)."""
-        return miss_ratio_curve(self.block_stream, self.block_size)
+        """The one-pass curve of the run's own block hashes (one request at a time); on a
+        fleet, each engine's summed at every pool size per engine."""
+        if self.num_engines == 1:
+            return miss_ratio_curve(self.block_stream, self.block_size)
+        return fleet_curve(
+            [miss_ratio_curve(stream, self.block_size) for stream in self.engine_streams]
+        )
+
+    @cached_property
+    def request_engines(self) -> dict[str, Engine]:
+        """The engine each request arrived at, by request id."""
+        from collector.queries.requests import request_engines
+
+        return request_engines(self.run)
 
     @cached_property
     def has_token_ids(self) -> bool:
@@ -105,9 +148,46 @@ class RunContext:
         `namespace` (labelled `label` for the cache of curves)."""
         key = (block_size, label)
         if key not in self._curves:
-            stream = trace_block_stream(self.requests, block_size, namespace)
-            self._curves[key] = miss_ratio_curve(stream, block_size)
+            self._curves[key] = self.prompts_curve(self.requests, block_size, namespace)
         return self._curves[key]
+
+    def prompts_curve(
+        self,
+        requests: list[TraceRequest],
+        block_size: int,
+        namespace: Namespace = vllm_namespace,
+    ) -> MissRatioCurve:
+        """The one-pass curve of `requests` (the run's, maybe changed, in its order) at
+        `block_size`; on a fleet, each engine's share on its own, summed."""
+        if self.num_engines == 1:
+            return miss_ratio_curve(trace_block_stream(requests, block_size, namespace), block_size)
+        return fleet_curve(
+            [
+                miss_ratio_curve(trace_block_stream(share, block_size, namespace), block_size)
+                for share in self.engine_shares(requests)
+            ]
+        )
+
+    def engine_shares(self, requests: list[TraceRequest]) -> list[list[TraceRequest]]:
+        """`requests` split by the engine each arrived at, in their order: one list a pool."""
+        shares: dict[Engine, list[TraceRequest]] = {}
+        for request in requests:
+            shares.setdefault(self.request_engines[request.request_id], []).append(request)
+        return list(shares.values())
+
+    @property
+    def whatif_rows(self) -> list[dict[str, Any]]:
+        """The what-if sweep's points that replayed this run's setup: as many engines (a
+        point that does not say replayed one) behind the run's router, where both say."""
+        if not self.whatif:
+            return []
+        router = json.loads(self.config["options"] or "{}").get("router")
+        return [
+            row
+            for row in self.whatif["results"]
+            if row.get("engines", 1) == self.num_engines
+            and (router is None or row.get("router") in (None, router))
+        ]
 
     def scheduler_check(self, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
         """The run's requests replayed through vLLM's Scheduler at `pool_sizes` (or why not),

@@ -8,6 +8,7 @@ its block (priced as the ROI page prices a hit: collector/model/cost.py) and cos
 bytes over PCIe at `RunContext.pcie_gb_per_s`. The rule recommends the smallest size that
 wins at least NEAR_BEST of what the largest wins, and fires only when that is at least
 MIN_TIER_GAIN of token hit ratio and the transfer costs less time than the compute it saves.
+A run of several engines (several pools, each with its own tier) is not judged.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ MAX_BLOCK_REFERENCES = 2_000_000  # six replays of this many take about a minute
 
 def cpu_tier(context: RunContext) -> list[Suggestion]:
     """One suggestion when a CPU tier wins MIN_TIER_GAIN or more and pays for its transfers."""
+    if context.num_engines > 1:
+        raise NotApplicable(
+            f"this run has {context.num_engines} engines, each with its own pool; the tier "
+            "replay models one pool with one CPU tier behind it (replay each engine's share "
+            "of the trace with --cpu-tier-blocks)"
+        )
     stream, block_size, num_blocks = context.block_stream, context.block_size, context.num_blocks
     try:
         check_replay_size(stream, MAX_BLOCK_REFERENCES, "its tier replays take in a minute")

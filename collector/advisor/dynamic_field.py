@@ -19,8 +19,6 @@ from dataclasses import dataclass, replace
 
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
-from collector.model.block_stream import trace_block_stream
-from collector.model.mrc import miss_ratio_curve
 from collector.queries.requests import mean_hit_tokens
 from collector.replay.traces import TraceRequest
 from collector.safe_text import code
@@ -148,10 +146,7 @@ def _suggestion(
     for index in found.members:
         moved[index] = field_moved_after(requests[index], found)
     now = context.tokens_at(context.token_curve(block_size), num_blocks)
-    after = (
-        miss_ratio_curve(trace_block_stream(moved, block_size), block_size).hits_at(num_blocks)
-        * block_size
-    )
+    after = context.tokens_at(context.prompts_curve(moved, block_size), num_blocks)
     gain_tokens = max(after - now, 0.0)
     width = found.end - found.start
     shared = found.start + found.agreement

@@ -13,11 +13,17 @@ def run_line(context: RunContext) -> str:
     """One line saying which run the advice is about."""
     config, summary = context.config, context.summary
     return (
-        f"{describe_source(config)}: block size "
-        f"{context.block_size}, {context.num_blocks:,} blocks, {config['hash_algo']}, "
+        f"{describe_source(config)}: block size {context.block_size}, {_pools(context)}, "
+        f"{config['hash_algo']}, "
         f"vLLM {config['vllm_version']}; {summary['requests']:,} requests, token hit ratio "
         f"{summary['token_hit_ratio']:.1%}"
     )
+
+
+def _pools(context: RunContext) -> str:
+    if context.num_engines == 1:
+        return f"{context.num_blocks:,} blocks"
+    return f"{context.num_engines} engines of {context.num_blocks:,} blocks each"
 
 
 def to_markdown(advice: Advice, context: RunContext) -> str:
@@ -61,6 +67,7 @@ def to_document(advice: Advice, context: RunContext) -> dict[str, Any]:
         "run_config": {
             "block_size": context.block_size,
             "num_blocks": context.num_blocks,
+            "num_engines": context.num_engines,
             "hash_algo": context.config["hash_algo"],
             "timing": context.config["timing"],
             "max_num_seqs": context.config["max_num_seqs"],

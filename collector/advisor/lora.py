@@ -71,13 +71,32 @@ def lora_split(context: RunContext) -> list[Suggestion]:
             action=(
                 "send each shared-prefix family through one adapter, or route each adapter's "
                 "traffic to its own replica; else budget the duplicates: "
-                f"`--num-gpu-blocks-override {context.num_blocks + duplicates}`"
+                f"`--num-gpu-blocks-override "
+                f"{context.num_blocks + _most_in_one_pool(context, duplicates)}`"
+                + context.on_each_engine
             ),
             gain_tokens=gain,
             figures={"split_blocks": len(split), "duplicate_blocks": duplicates},
             charts=[_adapter_chart(requests, stream, split)],
         )
     ]
+
+
+def _most_in_one_pool(context: RunContext, duplicates: int) -> int:
+    """The duplicate blocks one pool holds if all stay cached: on a fleet, the most that any
+    engine's own requests make."""
+    if context.num_engines == 1:
+        return duplicates
+    block_size = context.block_size
+    return max(
+        sum(
+            len(adapters) - 1
+            for adapters in _split_blocks(
+                share, trace_block_stream(share, block_size, _without_adapter)
+            ).values()
+        )
+        for share in context.engine_shares(context.requests)
+    )
 
 
 def _split_blocks(

@@ -1,7 +1,8 @@
 """Pool pressure: free blocks under 10 % for long stretches, and evictions that were regretted.
 
 Both read the pool queries (`collector/queries/pool.py`); the cure for both is a larger pool
-(the size the cache-size analysis recommends), or fewer requests running at once.
+(the size the cache-size analysis recommends), or fewer requests running at once. On a fleet
+the pool queries judge each engine's pool, and the sizes are per engine.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def low_free_blocks(context: RunContext) -> list[Suggestion]:
     if periods.empty:
         return []
     start_ns, end_ns = time_span_ns(context.run)
-    span_s = max((end_ns - start_ns) / 1e9, 1e-9)
+    # A fleet's stretches are each engine's own: their share is of all engines' time.
+    span_s = max((end_ns - start_ns) / 1e9, 1e-9) * context.num_engines
+    seconds = "s" if context.num_engines == 1 else "engine-seconds"
     durations = periods["end_s"] - periods["start_s"]
     total_s, longest_s = float(durations.sum()), float(durations.max())
     if total_s / span_s < LONG_SHARE and longest_s < LONG_STRETCH_S:
@@ -43,22 +46,25 @@ def low_free_blocks(context: RunContext) -> list[Suggestion]:
             title="The pool runs under 10 % free blocks for long stretches",
             severity="high" if context.summary["preemptions"] else "medium",
             evidence=[
-                f"{total_s:.1f} s of {span_s:.1f} s ({total_s / span_s:.0%}) under "
+                f"{total_s:.1f} {seconds} of {span_s:.1f} {seconds} ({total_s / span_s:.0%}) under "
                 f"{pool.LOW_FREE_FRACTION:.0%} free, in {len(periods)} stretches; the longest "
                 f"lasted {longest_s:.1f} s (from {longest['start_s']:.1f} s)",
                 f"fewest free blocks: {extremes['min_free_blocks']:,} of "
-                f"{extremes['usable_blocks']:,}; {context.summary['preemptions']:,} preemptions, "
+                f"{extremes['usable_blocks']:,}{context.per_engine}; "
+                f"{context.summary['preemptions']:,} preemptions, "
                 f"{context.summary['evictions']:,} evictions in the run",
             ],
             effect=(
                 "running requests stop pushing out cached prefixes and stop being preempted "
-                f"(recomputed from scratch); with {target:,} blocks the one-pass curve gives "
+                f"(recomputed from scratch); with {target:,} blocks{context.per_engine} the "
+                "one-pass curve gives "
                 f"{context.curve.token_hit_ratio(target):.1%} token hit ratio against "
                 f"{context.curve.token_hit_ratio(context.num_blocks):.1%} now"
             ),
             action=(
                 f"`--num-gpu-blocks-override {target}` (+{extra_gib:.1f} GiB), or fewer "
                 f"requests at once: `--max-num-seqs {max((seqs or 2) // 2, 1)}`"
+                + context.on_each_engine
             ),
             figures={
                 "seconds_under_alarm": round(total_s, 3),
@@ -99,10 +105,11 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
                 *_distance_lines(context),
             ],
             effect=(
-                f"with {target:,} blocks the regretted blocks mostly stay: token hit ratio "
+                f"with {target:,} blocks{context.per_engine} the regretted blocks mostly stay: "
+                "token hit ratio "
                 f"{before:.1%} -> {after:.1%}, per the {recommendation.source}"
             ),
-            action=f"`--num-gpu-blocks-override {target}`",
+            action=f"`--num-gpu-blocks-override {target}`" + context.on_each_engine,
             gain_tokens=gain * context.prompt_tokens,
             figures={**summary, "median_restore_s": float(p50), "p90_restore_s": float(p90)},
             charts=[_delay_chart(delays_s), _distance_chart(context)],
@@ -119,7 +126,7 @@ def _distance_lines(context: RunContext) -> list[str]:
         more = curve.hits_at(current * factor) - here
         lines.append(
             f"{more:,.0f} block reuses have a reuse distance between {current:,} and "
-            f"{current * factor:,} blocks (they hit with a {factor}x pool)"
+            f"{current * factor:,} blocks (they hit with a {factor}x pool{context.per_engine})"
         )
     return lines
 
@@ -147,7 +154,7 @@ def _distance_chart(context: RunContext) -> Chart:
     return Chart(
         kind="bar",
         title="Reuse distances of block reuses",
-        x_title="reuse distance (blocks)",
+        x_title=f"reuse distance (blocks{context.per_engine})",
         y_title="block reuses",
         series=[Series("reuses", edges[1:].tolist(), np.diff(hits).tolist())],
         markers={"current pool": current},

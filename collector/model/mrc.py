@@ -139,6 +139,30 @@ def miss_ratio_curve(
     )
 
 
+def fleet_curve(curves: Sequence[MissRatioCurve]) -> MissRatioCurve:
+    """A fleet's curve from its engines' own (one pool each, same block size): at every pool
+    size per engine, the hits of all engines summed; `hits_at(S)` is the fleet's hits with
+    each engine's pool at S blocks."""
+    if not curves:
+        raise ValueError("a fleet's curve needs at least one engine's curve")
+    length = max(len(curve.hit_blocks) for curve in curves)
+    # Past its last reuse distance an engine's hits stay at its top: pad with the last value.
+    hit_blocks = sum(
+        np.pad(curve.hit_blocks, (0, length - len(curve.hit_blocks)), mode="edge")
+        for curve in curves
+    )
+    first = curves[0]
+    return MissRatioCurve(
+        block_size=first.block_size,
+        hit_blocks=np.asarray(hit_blocks),
+        prompt_blocks=sum(curve.prompt_blocks for curve in curves),
+        prompt_tokens=sum(curve.prompt_tokens for curve in curves),
+        min_num_blocks=max(curve.min_num_blocks for curve in curves),
+        num_requests=sum(curve.num_requests for curve in curves),
+        sample_rate=first.sample_rate,
+    )
+
+
 def _count_scale(
     stream: Sequence[RequestBlocks], sampled: Sequence[RequestBlocks | _Sampled], block_size: int
 ) -> float:

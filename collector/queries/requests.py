@@ -6,7 +6,9 @@ Needs the prompt token ids, which a run holds only when it was recorded with
 tokens completed are (`block_tokens`), and they are all a later request can reuse, so those
 tokens come back and the rest of the output gets unique stand-ins, as in any replay.
 Tenants and salts come back as the run stored them (labels and keyed hashes): equal stays
-equal, which is all the cache sees.
+equal, which is all the cache sees. On a run of several engines each request belongs to the
+engine it arrived at (`request_engines`), and each engine's pool reads its own block stream
+(`engine_block_streams`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collector.queries.config import run_config
 from collector.replay.simulator import OUTPUT_TOKEN_BASE
 from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile, StoreError
+
+Engine = tuple[str, int]  # engine id ('' when unnamed) and DP rank: one pool of a fleet
 
 _REQUESTS_SQL = """
 WITH arrivals AS (
@@ -109,7 +113,10 @@ def _output_tokens(
 
 _RUN_STREAM_SQL = """
 WITH arrivals AS (
-    SELECT request_id, min(seq) AS arrive_seq FROM events WHERE kind = 'arrive' GROUP BY ALL
+    SELECT request_id, min(seq) AS arrive_seq,
+        arg_min(coalesce(engine_id, ''), seq) AS engine_id,
+        arg_min(coalesce(dp_rank, 0), seq) AS dp_rank
+    FROM events WHERE kind = 'arrive' GROUP BY ALL
 ),
 blocks AS (
     SELECT request_id, block_position, arg_min(block_hash, seq) AS block_hash
@@ -125,7 +132,7 @@ chains AS (
     GROUP BY request_id
 )
 SELECT requests.num_prompt_tokens, coalesce(requests.num_output_tokens, 0),
-    chains.positions, chains.hashes
+    chains.positions, chains.hashes, arrivals.engine_id, arrivals.dp_rank
 FROM requests
 JOIN arrivals USING (request_id)
 LEFT JOIN chains USING (request_id)
@@ -140,9 +147,24 @@ def run_block_stream(run: RunFile) -> tuple[int, list[RequestBlocks]]:
     Requests come in arrival order. A request's keys stop at the first block position the
     run never hit nor stored (none is missing in a complete run).
     """
+    block_size, rows = _run_stream(run)
+    return block_size, [request for _, request in rows]
+
+
+def engine_block_streams(run: RunFile) -> tuple[int, dict[Engine, list[RequestBlocks]]]:
+    """Each engine's stream of a run file (one pool each), its requests in its own arrival
+    order; and the block size. A single-engine run has one stream, `run_block_stream`'s."""
+    block_size, rows = _run_stream(run)
+    streams: dict[Engine, list[RequestBlocks]] = {}
+    for engine, request in rows:
+        streams.setdefault(engine, []).append(request)
+    return block_size, streams
+
+
+def _run_stream(run: RunFile) -> tuple[int, list[tuple[Engine, RequestBlocks]]]:
     block_size = run_config(run)["block_size"]
     stream = []
-    for num_prompt, num_output, positions, hashes in run.rows(_RUN_STREAM_SQL):
+    for num_prompt, num_output, positions, hashes, engine_id, dp_rank in run.rows(_RUN_STREAM_SQL):
         keys: list[Hashable] = []
         for expected, (position, block_hash) in enumerate(
             zip(positions or (), hashes or (), strict=True)
@@ -152,8 +174,19 @@ def run_block_stream(run: RunFile) -> tuple[int, list[RequestBlocks]]:
             keys.append(block_hash)
         num_tokens = num_kv_tokens(num_prompt, num_output)
         num_blocks = max(-(-num_tokens // block_size), len(keys))
-        stream.append(RequestBlocks(tuple(keys), num_prompt, num_blocks))
+        stream.append(((engine_id, dp_rank), RequestBlocks(tuple(keys), num_prompt, num_blocks)))
     return block_size, stream
+
+
+def request_engines(run: RunFile) -> dict[str, Engine]:
+    """The engine each request arrived at (engine id, '' when unnamed, and DP rank)."""
+    rows = run.rows(
+        """
+        SELECT request_id, arg_min(coalesce(engine_id, ''), seq), arg_min(coalesce(dp_rank, 0), seq)
+        FROM events WHERE kind = 'arrive' AND request_id IS NOT NULL GROUP BY ALL
+        """
+    )
+    return {request_id: (engine_id, dp_rank) for request_id, engine_id, dp_rank in rows}
 
 
 def mean_hit_tokens(run: RunFile, request_ids: list[str]) -> float:

@@ -117,9 +117,9 @@ def render() -> None:
     )
     document = result["document"]
     suggestions = document["suggestions"]
+    config = document["run_config"]
     st.caption(
-        f"{path.name}: block size {document['run_config']['block_size']}, "
-        f"{document['run_config']['num_blocks']:,} blocks; token hit ratio "
+        f"{path.name}: block size {config['block_size']}, {_pools(config)}; token hit ratio "
         f"{document['token_hit_ratio']:.1%}. Predictions come from one-pass LRU curves (one "
         "request at a time); a run whose requests overlapped has its cache size's hit ratios "
         "replayed through vLLM's Scheduler at its arrival times, and a what-if sweep, when "
@@ -127,6 +127,13 @@ def render() -> None:
         f"{spec['name']} with a {spec['dtype']} KV cache. The advice covers the whole run "
         "(the time filter does not apply here)."
     )
+    if config["num_engines"] > 1:
+        st.info(
+            f"This run has {config['num_engines']} engines, each with its own pool of "
+            f"{config['num_blocks']:,} blocks. The curves are each engine's own (its requests "
+            "in its order), summed over the fleet: every pool size and memory figure is per "
+            "engine. Rules that model one pool are skipped; the Checks table says why."
+        )
     groups = kv_groups.layout(run)
     if len(groups) > 1:
         st.warning(
@@ -152,6 +159,12 @@ def render() -> None:
     # Plain text in the table: a title's `code` marks show as literal backticks there.
     checks = [{**check, "detail": check["detail"].replace("`", "")} for check in document["checks"]]
     st.dataframe(checks, hide_index=True, key="advisor_checks")
+
+
+def _pools(config: dict[str, Any]) -> str:
+    if config["num_engines"] == 1:
+        return f"{config['num_blocks']:,} blocks"
+    return f"{config['num_engines']} engines of {config['num_blocks']:,} blocks each"
 
 
 def _suggestion(entry: dict[str, Any]) -> None:

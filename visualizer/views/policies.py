@@ -44,6 +44,12 @@ def _curves(path: str, modified_ns: int) -> tuple[PolicyCurves | None, str]:
 
     del modified_ns  # part of the cache key: a rewritten run is replayed afresh
     context = RunContext(open_run(Path(path)), Path(path))
+    if context.num_engines > 1:
+        return None, (
+            f"this run has {context.num_engines} engines, each with its own pool, and the "
+            "policy replays model one pool (replay one engine's share of the trace to compare "
+            "policies)"
+        )
     try:
         curves = policy_curves(context.block_stream, context.block_size, context.num_blocks)
     except ReplayTooLarge as error:
