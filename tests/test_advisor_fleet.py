@@ -226,3 +226,12 @@ def test_advisor_page_on_a_fleet(tmp_path: Path) -> None:
         status, detail = outcomes[rule]
         assert status == "skipped"
         assert detail.startswith("this run has 2 engines, each with its own pool")
+
+
+def test_cache_policies_page_skips_a_fleet(tmp_path: Path) -> None:
+    run = fleet_run(tmp_path, num_blocks=4)
+    app = go_to(start(run, timeout_s=120), "views/policies.py")
+    assert not app.exception
+    (info,) = [element.value for element in app.info]
+    assert info.startswith("No policy replays for this run: this run has 2 engines")
+    assert not app.get("plotly_chart")
