@@ -24,7 +24,8 @@ from collector.replay.whatif import (
 )
 from collector.store.run_file import RunFile, RunStore
 from tests.support.block_manager import tiny_run
-from tests.support.repo import SECRET
+from tests.support.fleet import family_trace
+from tests.support.repo import SAMPLE_TRACE, SECRET
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -245,3 +246,47 @@ def test_a_scheduler_sweep_runs_a_tier_through_vllms_connector(tmp_path: Path) -
     with RunFile.open(tmp_path / "sweep" / tier["run"]) as run_file:
         media = run_file.rows("SELECT DISTINCT medium FROM vllm_kv_events")
     assert media == [("CPU",)]
+
+
+def test_fleets_are_an_axis_named_only_above_one_engine() -> None:
+    points = sweep_points(
+        [16], [1], num_blocks=[300], fleets=[(1, "prefix-affinity"), (4, "prefix-affinity")]
+    )
+    assert points == [
+        SweepPoint(16, 300, 1),  # one engine routes nothing: round-robin, as every replay
+        SweepPoint(16, 300, 1, engines=4, router="prefix-affinity"),
+    ]
+    assert points[0].run_name == "bs16-blocks300-seqs1.duckdb"
+    assert points[1].run_name == "bs16-blocks300-seqs1-engines4-prefix-affinity.duckdb"
+
+
+def test_a_fleet_sweep_takes_the_sequential_timing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    argv = ["whatif", str(SAMPLE_TRACE), "--out", str(out), "--engines", "2", "--quiet"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "a fleet replay (--engines 2) takes --timing sequential for now" in error
+    assert not out.exists()
+
+
+def test_a_fleet_runs_sweep_replays_its_fleet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run of two engines behind prefix-affinity: its sweep defaults to that fleet and gives
+    # the run's own hits (tests/test_fleet_replay.py: 48 tokens).
+    run = tiny_run(
+        tmp_path,
+        family_trace(),
+        block_size=4,
+        num_blocks=20,
+        engines=2,
+        router="prefix-affinity",
+        record_token_ids=True,
+    )
+    out = tmp_path / "sweep"
+    assert main(["whatif", str(run), "--out", str(out), "--quiet", "--jobs", "1", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["engines"], row["router"], row["hit_tokens"]) == (2, "prefix-affinity", 48)
+    assert row["run"] == "bs4-blocks20-seqs1-engines2-prefix-affinity.duckdb"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from collector.queries.config import run_config
 
 def register(commands: Any) -> None:
     from collector.replay.block_manager import HASH_ALGOS
+    from collector.replay.fleet import ROUTERS
     from collector.replay.replayer import TIMINGS
     from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
@@ -60,7 +62,30 @@ def register(commands: Any) -> None:
     add_layout_option(parser, default=None)
     add_format_option(parser)
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="parallel replays (local processes)"
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run each point as a task on a Ray cluster: the one at ADDRESS, or without one "
+        "wherever ray.init() finds it (RAY_ADDRESS, a cluster started on this machine, else a "
+        "new local instance); needs `pip install 'kvscope[ray]'`",
+    )
+    parser.add_argument(
+        "--engines",
+        type=lambda text: number_list(int, text),
+        help="fleets of this many engines, each with a pool of --num-blocks, a comma-separated "
+        "list (default: the run's, else 1); above 1 they take --timing sequential",
+    )
+    parser.add_argument(
+        "--routers",
+        type=_routers,
+        help=f"how the fleets route, a comma-separated list among {', '.join(ROUTERS)} "
+        "(default: the run's, else round-robin)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_tier_options(parser, many=True)
@@ -68,14 +93,38 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=_run_whatif)
 
 
+def _routers(text: str) -> list[str]:
+    from collector.replay.fleet import ROUTERS
+
+    values = [item.strip() for item in text.split(",") if item.strip()]
+    if not values or any(value not in ROUTERS for value in values):
+        raise argparse.ArgumentTypeError(
+            f"expected routers among {', '.join(ROUTERS)}, got {text!r}"
+        )
+    return values
+
+
 def _run_whatif(args: argparse.Namespace) -> int:
+    from collector.replay.ray_sweep import RayUnavailable
+
+    try:
+        return _sweep(args)
+    except RayUnavailable as error:
+        print(f"kvscope: error: {error}", file=sys.stderr)
+        return 2  # bad input, as collector.cli exits on the errors it catches
+
+
+def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from collector.replay.block_manager import require_vllm
+    from collector.replay.ray_sweep import require_ray
     from collector.replay.whatif import Source, run_sweep, sweep_points, write_results
     from engine_hooks.privacy import load_secret
 
     require_vllm()  # before any work: a clear refusal, not a traceback in a worker
+    if args.ray is not None:
+        require_ray()
     source = Source(args.source, args.trace_format, args.limit)
     base, defaults = _base_options(args, source)
     spec = kv_spec_from(args)
@@ -88,6 +137,11 @@ def _run_whatif(args: argparse.Namespace) -> int:
         tiers=[
             (blocks, policy) for blocks in args.cpu_tier_blocks for policy in args.cpu_tier_policy
         ],
+        fleets=[
+            (engines, router)
+            for engines in args.engines or [defaults["engines"]]
+            for router in args.routers or [defaults["router"]]
+        ],
     )
     with tqdm(total=len(points), unit="replay", disable=True if args.quiet else None) as bar:
         results = run_sweep(
@@ -98,6 +152,7 @@ def _run_whatif(args: argparse.Namespace) -> int:
             secret=load_secret(),
             jobs=args.jobs,
             progress=bar.update,
+            ray_address=args.ray,
         )
     path = write_results(args.out, source, base, spec, results)
     if args.json:
@@ -123,6 +178,8 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         "hash_algo": "sha256",
         "kv_layout": "full",
         "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        "engines": 1,
+        "router": "round-robin",
     }
     step_model = StepModel()
     reveal = False
@@ -143,6 +200,8 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         defaults["kv_layout"] = options.get("kv_layout") or defaults["kv_layout"]
         budget = options.get("max_num_batched_tokens")
         defaults["max_num_batched_tokens"] = budget or defaults["max_num_batched_tokens"]
+        defaults["engines"] = options.get("engines") or defaults["engines"]
+        defaults["router"] = options.get("router") or defaults["router"]
         if options.get("step_model"):
             step_model = StepModel(**options["step_model"])
         reveal = True  # the run's tenant labels are already what it chose to store
@@ -171,10 +230,13 @@ def _print_table(
     from collector.model.kv_memory import gib_for_blocks, vllm_pool_settings
 
     current_gib = gib_for_blocks(spec, defaults["block_size"], defaults["num_blocks"])
+    fleets = any(row["engines"] > 1 for row in results)
     print(f"KV memory for {spec.describe()}")
     print(
         f"{'block':>5} {'blocks':>8} {'GiB':>7} {'seqs':>5} {'token hit':>9} {'block hit':>9} "
-        f"{'evictions':>10} {'preempt':>7} {'CPU tier':>12} {'tier hit':>8}  settings"
+        f"{'evictions':>10} {'preempt':>7} {'CPU tier':>12} {'tier hit':>8}  "
+        + f"{'fleet':<20} " * fleets
+        + "settings"
     )
     for row in results:
         settings = [
@@ -192,9 +254,12 @@ def _print_table(
             f"{row['block_size']:>5} {row['num_blocks']:>8,} {row['kv_gib']:>7.2f} "
             f"{row['max_num_seqs']:>5} {row['token_hit_ratio']:>9.2%} "
             f"{row['block_hit_ratio']:>9.2%} {row['evictions']:>10,} {row['preemptions']:>7,} "
-            f"{_tier(row):>12} {row['tier_token_hit_ratio']:>8.2%}  " + " ".join(settings)
+            f"{_tier(row):>12} {row['tier_token_hit_ratio']:>8.2%}  "
+            + f"{_fleet(row):<20} " * fleets
+            + " ".join(settings)
         )
     _print_memory_steps(results)
+    _print_router_gains(results)
 
 
 def _tier(row: dict[str, Any]) -> str:
@@ -202,16 +267,23 @@ def _tier(row: dict[str, Any]) -> str:
     return f"{blocks:,} {row['cpu_tier_policy']}" if blocks else "none"
 
 
+def _fleet(row: dict[str, Any]) -> str:
+    return f"{row['engines']} x {row['router']}" if row["engines"] > 1 else "one engine"
+
+
 def _print_memory_steps(results: list[dict[str, Any]]) -> None:
-    """For each block size, concurrency and CPU tier: what each step up in memory buys."""
-    previous: dict[tuple[int, int, str], dict[str, Any]] = {}
+    """For each block size, concurrency, CPU tier and fleet: what each step up in memory
+    buys."""
+    previous: dict[tuple[int, int, str, str], dict[str, Any]] = {}
     lines = []
     for row in results:
-        key = (row["block_size"], row["max_num_seqs"], _tier(row))
+        key = (row["block_size"], row["max_num_seqs"], _tier(row), _fleet(row))
         if key in previous:
             before = previous[key]
+            fleet = f" ({_fleet(row)})" * (row["engines"] > 1)
             lines.append(
-                f"block size {row['block_size']}: {row['kv_gib'] - before['kv_gib']:+.2f} GiB of "
+                f"block size {row['block_size']}{fleet}: "
+                f"{row['kv_gib'] - before['kv_gib']:+.2f} GiB of "
                 f"KV cache ({before['num_blocks']:,} -> {row['num_blocks']:,} blocks) -> "
                 f"{(row['token_hit_ratio'] - before['token_hit_ratio']) * 100:+.1f} points of "
                 "token hit ratio"
@@ -220,3 +292,29 @@ def _print_memory_steps(results: list[dict[str, Any]]) -> None:
     if lines:
         print()
         print("\n".join(lines))
+
+
+def _print_router_gains(results: list[dict[str, Any]]) -> None:
+    """For each fleet: what each router gains over round-robin at the same settings."""
+    round_robin = {
+        _fleet_settings(row): row
+        for row in results
+        if row["engines"] > 1 and row["router"] == "round-robin"
+    }
+    lines = []
+    for row in results:
+        baseline = round_robin.get(_fleet_settings(row))
+        if row["engines"] > 1 and row["router"] != "round-robin" and baseline:
+            gain = (row["token_hit_ratio"] - baseline["token_hit_ratio"]) * 100
+            lines.append(
+                f"{row['engines']} engines of {row['num_blocks']:,} blocks of "
+                f"{row['block_size']}: {row['router']} {gain:+.1f} points of token hit ratio "
+                "over round-robin"
+            )
+    if lines:
+        print()
+        print("\n".join(lines))
+
+
+def _fleet_settings(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    return row["block_size"], row["num_blocks"], row["max_num_seqs"], row["engines"]

@@ -1,9 +1,10 @@
 """What-if sweeps: the same requests replayed through vLLM's real manager at other settings.
 
-Each point of the sweep (block size x pool size x max running requests) is a full replay
-into its own run file, so the app and `kvscope summary` read it like any run; the points run
-in parallel processes (each loads the requests once). `whatif.json` beside the run files
-lists every point's figures.
+Each point of the sweep (block size x pool size x max running requests x CPU tier x fleet)
+is a full replay into its own run file, so the app and `kvscope summary` read it like any
+run; the points run in parallel processes (each loads the requests once), or as tasks on a
+Ray cluster (collector/replay/ray_sweep.py). `whatif.json` beside the run files lists every
+point's figures.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from itertools import product
 from multiprocessing import get_context
@@ -37,11 +39,17 @@ class SweepPoint:
     max_num_seqs: int
     cpu_tier_blocks: int = 0
     cpu_tier_policy: str = "lru"
+    engines: int = 1  # a fleet of this many engines behind `router`
+    router: str = "round-robin"
 
     @property
     def run_name(self) -> str:
         tier = f"-tier{self.cpu_tier_blocks}{self.cpu_tier_policy}" * (self.cpu_tier_blocks > 0)
-        return f"bs{self.block_size}-blocks{self.num_blocks}-seqs{self.max_num_seqs}{tier}.duckdb"
+        fleet = f"-engines{self.engines}-{self.router}" * (self.engines > 1)
+        return (
+            f"bs{self.block_size}-blocks{self.num_blocks}-seqs{self.max_num_seqs}{tier}{fleet}"
+            ".duckdb"
+        )
 
 
 @dataclass(frozen=True)
@@ -78,22 +86,28 @@ def sweep_points(
     kv_gib: Iterable[float] = (),
     spec: KVSpec | None = None,
     tiers: Iterable[tuple[int, str]] = ((0, "lru"),),
+    fleets: Iterable[tuple[int, str]] = ((1, "round-robin"),),
 ) -> list[SweepPoint]:
     """Every combination; pool sizes given as blocks, or as GiB of KV cache (per block size,
     through the model's KV spec, so every block size gets the same memory); CPU tiers as
-    (blocks, policy), (0, ...) for none."""
+    (blocks, policy), (0, ...) for none; fleets as (engines, router), (1, ...) for one
+    engine."""
     from collector.model.kv_memory import blocks_for_gib
 
     points = []
     tier_choices = sorted({(blocks, policy if blocks else "lru") for blocks, policy in tiers})
+    fleet_choices = sorted(
+        {(engines, router if engines > 1 else "round-robin") for engines, router in fleets}
+    )
     for block_size, seqs in product(block_sizes, max_num_seqs):
         sizes = list(num_blocks)
         if spec is not None:
             sizes += [blocks_for_gib(spec, block_size, gib) for gib in kv_gib]
         points += [
-            SweepPoint(block_size, size, seqs, *tier)
+            SweepPoint(block_size, size, seqs, *tier, *fleet)
             for size in sorted(set(sizes))
             for tier in tier_choices
+            for fleet in fleet_choices
         ]
     return points
 
@@ -125,19 +139,32 @@ def _load_requests(source: Source) -> None:
     _worker_requests = source.load()
 
 
-def _replay_point(
-    point: SweepPoint, out_path: str, source_path: str, options: ReplayOptions, secret: bytes
+def replay_point(
+    requests: list[TraceRequest],
+    point: SweepPoint,
+    options: ReplayOptions,
+    *,
+    out_path: Path,
+    source: Path,
+    secret: bytes,
 ) -> dict[str, Any]:
+    """Replay one point into `out_path`; its figures, as `whatif.json` lists them."""
     started = time.perf_counter()
-    summary: Mapping[str, Any] = replay_requests(
-        _worker_requests, Path(source_path), Path(out_path), options, secret
-    )
+    summary: Mapping[str, Any] = replay_requests(requests, source, out_path, options, secret)
     return {
         **asdict(point),
         "seconds": round(time.perf_counter() - started, 2),
-        "run": Path(out_path).name,
+        "run": out_path.name,
         **{name: summary[name] for name in _FIGURES},
     }
+
+
+def _replay_in_worker(
+    point: SweepPoint, options: ReplayOptions, out_path: Path, source: Path, secret: bytes
+) -> dict[str, Any]:
+    return replay_point(
+        _worker_requests, point, options, out_path=out_path, source=source, secret=secret
+    )
 
 
 _FIGURES = (
@@ -162,40 +189,40 @@ def run_sweep(
     secret: bytes,
     jobs: int,
     progress: Callable[[int], None] = lambda _: None,
+    ray_address: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Replay every point into `out_dir`, `jobs` at a time; return each point's figures.
+    """Replay every point into `out_dir`, `jobs` at a time in local processes, or as tasks on
+    the Ray cluster at `ray_address` ("": wherever `ray.init()` finds one); return each
+    point's figures, the same either way.
 
     On any failure the run files this sweep wrote are removed again.
     """
     requests = source.load()
     check_points_fit(requests, points, source.path)
-    out_paths = [out_dir / point.run_name for point in points]
-    for path in out_paths:
+    # Every point's options first: a point ReplayOptions refuses stops the sweep before any replay.
+    planned = [(point, _options(base, point), out_dir / point.run_name) for point in points]
+    for _, _, path in planned:
         if path.exists():
             raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
-    try:
-        # spawn: vLLM, torch and DuckDB start clean in each worker
-        with ProcessPoolExecutor(
-            max_workers=max(1, min(jobs, len(points))),
-            mp_context=get_context("spawn"),
-            initializer=_load_requests,
-            initargs=(source,),
-        ) as pool:
-            futures = [
-                pool.submit(
-                    _replay_point, point, str(path), str(source.path), _options(base, point), secret
-                )
-                for point, path in zip(points, out_paths, strict=True)
-            ]
-            for future in as_completed(futures):
-                results.append(future.result())
+    with ExitStack() as stack:
+        if ray_address is None:
+            replayed = _replay_in_processes(source, planned, secret, jobs)
+        else:
+            from collector.replay.ray_sweep import ray_session, replay_on_ray
+
+            stack.enter_context(ray_session(ray_address))  # before anything is written
+            replayed = replay_on_ray(requests, planned, source.path, secret)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        results: list[dict[str, Any]] = []
+        try:
+            for row in replayed:
+                results.append(row)
                 progress(1)
-    except BaseException:
-        for path in out_paths:
-            path.unlink(missing_ok=True)
-        raise
+        except BaseException:
+            replayed.close()  # waits for the pool, or cancels the tasks: nothing writes after
+            for _, _, path in planned:
+                path.unlink(missing_ok=True)
+            raise
     results.sort(
         key=lambda row: (
             row["block_size"],
@@ -203,9 +230,32 @@ def run_sweep(
             row["num_blocks"],
             row["cpu_tier_blocks"],
             row["cpu_tier_policy"],
+            row["engines"],
+            row["router"],
         )
     )
     return results
+
+
+def _replay_in_processes(
+    source: Source,
+    planned: list[tuple[SweepPoint, ReplayOptions, Path]],
+    secret: bytes,
+    jobs: int,
+) -> Generator[dict[str, Any], None, None]:
+    # spawn: vLLM, torch and DuckDB start clean in each worker
+    with ProcessPoolExecutor(
+        max_workers=max(1, min(jobs, len(planned))),
+        mp_context=get_context("spawn"),
+        initializer=_load_requests,
+        initargs=(source,),
+    ) as pool:
+        futures = [
+            pool.submit(_replay_in_worker, point, options, path, source.path, secret)
+            for point, options, path in planned
+        ]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def _options(base: ReplayOptions, point: SweepPoint) -> ReplayOptions:
@@ -217,6 +267,8 @@ def _options(base: ReplayOptions, point: SweepPoint) -> ReplayOptions:
         limit=None,
         cpu_tier_blocks=point.cpu_tier_blocks,
         cpu_tier_policy=point.cpu_tier_policy,
+        engines=point.engines,
+        router=point.router,
     )
 
 

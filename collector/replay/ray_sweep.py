@@ -1,0 +1,137 @@
+"""A what-if sweep on a Ray cluster: each point is one Ray task (`kvscope whatif --ray`).
+
+The nodes need not share the driver's filesystem: the requests go into the object store
+once, each task replays into a temporary run file on its own node and returns the point's
+figures with the file's bytes, and the driver writes each run file into the sweep's folder
+under a temporary name and renames it, as the local process pool's replays do. Ray is
+imported only here, when a sweep asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from collector.replay.replayer import ReplayOptions
+from collector.replay.traces import TraceError, TraceRequest
+from collector.replay.whatif import SweepPoint, replay_point
+from collector.store.run_file import StoreError
+
+CONNECT_TIMEOUT_S = 5.0  # ray.init itself retries an address nobody answers for minutes
+
+
+class RayUnavailable(RuntimeError):
+    """No Ray to run the sweep on: not installed, or no cluster answers at the address."""
+
+
+class PointFailed(ValueError):
+    """A point's replay refused its input on a Ray node; the message is kvscope's own.
+
+    TraceError takes three arguments and so does not unpickle: a task raises this instead.
+    """
+
+
+def require_ray() -> str:
+    """The version of this environment's Ray; `RayUnavailable` when it has none."""
+    try:
+        import ray
+    except ImportError as error:
+        raise RayUnavailable(
+            f"--ray runs the sweep's points as Ray tasks and needs Ray in this Python "
+            f"environment: `pip install 'kvscope[ray]'` ({error})"
+        ) from None
+    return str(ray.__version__)
+
+
+@contextmanager
+def ray_session(address: str) -> Iterator[None]:
+    """Connected to the Ray cluster at `address` ("": wherever `ray.init()` finds one,
+    else a new local instance) for the block's duration."""
+    require_ray()
+    import ray
+
+    _check_answers(address)
+    # log_to_driver off: the workers' logs would interleave with --json on stdout
+    ray.init(address=address or None, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _check_answers(address: str) -> None:
+    """Refuse at once a host:port nobody listens on."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "", "auto", "local": Ray resolves them itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        raise RayUnavailable(f"no Ray cluster answers at {address}: {error}") from None
+
+
+def replay_on_ray(
+    requests: list[TraceRequest],
+    planned: list[tuple[SweepPoint, ReplayOptions, Path]],
+    source: Path,
+    secret: bytes,
+) -> Generator[dict[str, Any], None, None]:
+    """Replay each (point, options, run file) as one Ray task of one CPU, as many at once as
+    the cluster allows; yield each point's figures once its run file is in place."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(_replay_remotely)
+    requests_ref = ray.put(requests)
+    pending = {
+        task.remote(requests_ref, point, options, str(source), secret): out_path
+        for point, options, out_path in planned
+    }
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            out_path = pending.pop(done[0])
+            try:
+                row, run_bytes = ray.get(done[0])
+            except ray.exceptions.RayTaskError as error:
+                if isinstance(error.cause, PointFailed):
+                    raise PointFailed(str(error.cause)) from None
+                raise
+            _write_atomically(out_path, run_bytes)
+            yield row
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def _replay_remotely(
+    requests: list[TraceRequest],
+    point: SweepPoint,
+    options: ReplayOptions,
+    source: str,
+    secret: bytes,
+) -> tuple[dict[str, Any], bytes]:
+    """On a Ray node: the point's figures and its run file's bytes."""
+    with tempfile.TemporaryDirectory(prefix="kvscope-whatif-") as folder:
+        out_path = Path(folder) / point.run_name
+        try:
+            row = replay_point(
+                requests, point, options, out_path=out_path, source=Path(source), secret=secret
+            )
+        except (TraceError, StoreError) as error:
+            raise PointFailed(str(error)) from None
+        return row, out_path.read_bytes()
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        temporary.write_bytes(content)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
