@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.live.receiver import INGEST_MEMORY_LIMIT, Receiver
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import EventBuffer
 from engine_hooks.endpoint import EndpointError
@@ -121,6 +122,24 @@ def test_threads_below_one_are_a_clear_error(tmp_path: Path) -> None:
     output = refused("--db", str(tmp_path / "run.duckdb"), "--threads", "0")
     assert "--threads 0: must be 1 or more" in output
     assert not (tmp_path / "run.duckdb").exists()
+
+
+def test_a_memory_limit_that_is_no_amount_is_a_clear_error(tmp_path: Path) -> None:
+    output = refused("--db", str(tmp_path / "run.duckdb"), "--memory-limit", "lots")
+    assert "--memory-limit lots: give an amount such as 6GB or 512MB" in output
+    assert not (tmp_path / "run.duckdb").exists()
+
+
+def test_the_collectors_duckdb_keeps_to_its_memory_limit(tmp_path: Path) -> None:
+    limits = {}
+    for number, limit in enumerate((INGEST_MEMORY_LIMIT, "512MB")):
+        run = tmp_path / f"resumed-{number}.duckdb"  # a collector killed: resumed below
+        RunStore.create(run, RunConfig("engine", 16, 100, "sha256", "0.33.0")).close()
+        receiver = Receiver(run, f"ipc://{tmp_path}/collector.ipc", memory_limit=limit)
+        assert receiver.store is not None
+        (limits[limit],) = receiver.store.row("SELECT current_setting('memory_limit')") or ("",)
+        receiver.close()
+    assert limits == {INGEST_MEMORY_LIMIT: "5.5 GiB", "512MB": "488.2 MiB"}
 
 
 def test_other_machines_need_allow_remote_and_a_token(tmp_path: Path) -> None:

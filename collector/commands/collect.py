@@ -57,6 +57,11 @@ def register(commands: Any) -> None:
         "beside the engine; the final rebuild uses every core)",
     )
     parser.add_argument(
+        "--memory-limit",
+        help="DuckDB memory at most, e.g. 6GB (the default); beyond it, it spills to "
+        "RUN.duckdb.tmp/",
+    )
+    parser.add_argument(
         "--block-size",
         type=int,
         default=16,
@@ -69,6 +74,15 @@ def register(commands: Any) -> None:
 def _run_collect(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"kvscope collect: --threads {args.threads}: must be 1 or more", file=sys.stderr)
+        return 2
+    from collector.live.receiver import MEMORY_LIMIT
+
+    if args.memory_limit is not None and not MEMORY_LIMIT.fullmatch(args.memory_limit):
+        print(
+            f"kvscope collect: --memory-limit {args.memory_limit}: give an amount such as "
+            "6GB or 512MB",
+            file=sys.stderr,
+        )
         return 2
     from collector.live.exporter import serve_metrics
     from collector.live.live_state import LiveState
@@ -105,6 +119,7 @@ def _run_collect(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         token=engine_token(),
         **({"threads": args.threads} if args.threads is not None else {}),
+        **({"memory_limit": args.memory_limit} if args.memory_limit is not None else {}),
     )
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):

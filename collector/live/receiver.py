@@ -22,6 +22,7 @@ store them in the same run file, from the same thread: DuckDB's one writer.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +49,13 @@ COMMIT_BYTES = 16 << 20  # about a million block rows
 # take CPU from the engine's process: on a 2-core machine, DuckDB's default (every core)
 # cost a CPU replay 3 % more CPU time beside a collector (benchmarks/hooks_overhead.py).
 INGEST_THREADS = 1
+# DuckDB's memory while engines run and for the final rebuild. Its own default, 80 % of the
+# machine's memory, is what a run of 100 million records took to rebuild its derived tables
+# (19.7 GB resident on a 24 GB machine, benchmarks/large_run.py): the collector shares the
+# host with vLLM, whose CPU swap and offloading tiers live in that memory too. At 6 GB the
+# same rebuild spills to disk and completes.
+INGEST_MEMORY_LIMIT = "6GB"
+MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 
 
 @dataclass
@@ -87,9 +95,11 @@ class Receiver:
         allow_remote: bool = False,
         token: bytes | None = None,
         threads: int = INGEST_THREADS,
+        memory_limit: str = INGEST_MEMORY_LIMIT,
     ) -> None:
         self.run_path = run_path
         self.threads = threads
+        self.memory_limit = memory_limit
         self.endpoint = endpoint
         self.live_interval_s = live_interval_s
         self.commit_interval_s = commit_interval_s
@@ -119,6 +129,7 @@ class Receiver:
 
     def _limited(self, store: RunStore) -> RunStore:
         store.limit_threads(self.threads)
+        store.limit_memory(self.memory_limit)
         return store
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:

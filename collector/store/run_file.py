@@ -311,6 +311,11 @@ class RunStore(RunFile):
             os.close(self._reader)  # after DuckDB let go of the file and of its lock
             self._reader = None
 
+    def limit_memory(self, limit: str) -> None:
+        """Let DuckDB hold at most `limit` (e.g. "6GB") in memory for this store's work, the
+        final rebuild included; beyond it, it spills to `<run file>.tmp/`."""
+        self._connection.execute("SET memory_limit = ?", [limit])
+
     def limit_threads(self, threads: int) -> None:
         """Let DuckDB use at most `threads` threads for this store's work until `finalize`."""
         self._connection.execute(f"SET threads = {int(threads)}")
