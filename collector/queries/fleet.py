@@ -153,67 +153,15 @@ def free_share_timeline(
     return frame.assign(engine=list(labels))
 
 
-# The fleet's cache after each moment it changed, in [$start, $end): `cached_blocks` (every
-# copy on every engine), `duplicated_hashes` (hashes held by more than one engine) and
-# `duplicated_blocks` (the copies beyond the first engine's: engines holding the hash - 1),
-# each holding from `ts_ns` until `until_ns`. A hash (with its KV cache group) is cached on
-# an engine for one of its `cache_lifetimes` (from a store until that engine evicts the block
-# or resets; a lifetime still open at the run's end lasts to the window's end). Counted as
-# interval endpoints and running sums, never per event in Python: copies per engine and
-# hash, then engines per hash, then the fleet.
+# The fleet's cache states (the run's `fleet_states`, collector/store/rollups.py) cut to the
+# window [$start, $end): a lifetime cut to a window is the window's lifetime, so these are
+# the states the window's lifetimes alone give.
 _STATES_SQL = """
-    WITH lifetimes AS (
-        SELECT engine AS engine_id, rank AS dp_rank, block_hash, kv_group,
-            greatest(stored_ns, $start) AS stored_ns,
-            CASE WHEN ended_by IS NULL THEN $end ELSE least(ended_ns, $end) END AS ended_ns
-        FROM cache_lifetimes
-        WHERE stored_ns < $end
-    ),
-    changes AS (
-        SELECT engine_id, dp_rank, block_hash, kv_group, stored_ns AS ts_ns, 1 AS change
-        FROM lifetimes WHERE ended_ns > stored_ns
-        UNION ALL
-        SELECT engine_id, dp_rank, block_hash, kv_group, ended_ns, -1
-        FROM lifetimes WHERE ended_ns > stored_ns
-    ),
-    copies AS (
-        SELECT engine_id, dp_rank, block_hash, kv_group, ts_ns, sum(change) AS change,
-            sum(sum(change)) OVER (
-                PARTITION BY engine_id, dp_rank, block_hash, kv_group ORDER BY ts_ns
-            ) > 0 AS held
-        FROM changes GROUP BY engine_id, dp_rank, block_hash, kv_group, ts_ns
-    ),
-    holders AS (
-        SELECT block_hash, kv_group, ts_ns, change,
-            held::INTEGER - coalesce(lag(held::INTEGER) OVER (
-                PARTITION BY engine_id, dp_rank, block_hash, kv_group ORDER BY ts_ns
-            ), 0) AS holder_change
-        FROM copies
-    ),
-    spread AS (
-        SELECT block_hash, kv_group, ts_ns, sum(change) AS change,
-            sum(sum(holder_change)) OVER (
-                PARTITION BY block_hash, kv_group ORDER BY ts_ns
-            ) AS holders
-        FROM holders GROUP BY block_hash, kv_group, ts_ns
-    ),
-    hash_changes AS (
-        SELECT ts_ns, change,
-            greatest(holders - 1, 0) - coalesce(lag(greatest(holders - 1, 0)) OVER by_hash, 0)
-                AS extra_change,
-            (holders > 1)::INTEGER - coalesce(lag((holders > 1)::INTEGER) OVER by_hash, 0)
-                AS duplicated_change
-        FROM spread
-        WINDOW by_hash AS (PARTITION BY block_hash, kv_group ORDER BY ts_ns)
-    ),
-    states AS (
-        SELECT ts_ns,
-            sum(sum(change)) OVER by_time AS cached_blocks,
-            sum(sum(duplicated_change)) OVER by_time AS duplicated_hashes,
-            sum(sum(extra_change)) OVER by_time AS duplicated_blocks,
-            coalesce(lead(ts_ns) OVER by_time, $end) AS until_ns
-        FROM hash_changes GROUP BY ts_ns
-        WINDOW by_time AS (ORDER BY ts_ns)
+    WITH states AS (
+        SELECT greatest(ts_ns, $start) AS ts_ns, least(until_ns, $end) AS until_ns,
+            cached_blocks, duplicated_hashes, duplicated_blocks
+        FROM fleet_states
+        WHERE until_ns > $start AND ts_ns < $end
     )
 """
 

@@ -16,7 +16,9 @@ not millions of events.
 - `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (the
   latest store of the hash before the hit), with both cache salts;
 - `family_hits`: per time bucket and prefix family (the block hashes under one first block),
-  block hits and the sum of their positions (for the attention term of compute saved).
+  block hits and the sum of their positions (for the attention term of compute saved);
+- `fleet_states`: on a run of several engines, the fleet's cached and duplicated blocks
+  after each change (below).
 
 A hybrid model caches each prefix once per KV cache group (`kv_group`). The block heat and
 the lifetimes keep every group's blocks (each holds memory); a hit goes to the latest store
@@ -334,6 +336,83 @@ GROUP BY ALL
 ORDER BY bucket, prefix_blocks.root_hash
 """
 
+# `fleet_states`: on a run of several engines (none on one), the fleet's cache after each
+# moment it changed: `cached_blocks` (every copy on every engine), `duplicated_hashes` (hashes
+# held by more than one engine) and `duplicated_blocks` (the copies beyond the first
+# engine's: engines holding the hash - 1), each holding from `ts_ns` until `until_ns`. A hash
+# (with its KV cache group) is cached on an engine for one of its `cache_lifetimes` (from a
+# store until that engine evicts the block or resets; a lifetime still open at the run's end
+# lasts to just past its last record). Counted as interval endpoints and running sums: copies
+# per engine and hash, then engines per hash, then the fleet. Built with the rollups because
+# it takes minutes at 100 million events (benchmarks/large_run.py); a time window's states
+# are these cut to the window (collector/queries/fleet.py).
+_FLEET_STATES = """
+CREATE OR REPLACE TABLE fleet_states AS
+    WITH fleet_span AS (
+        -- the run's first record to just past its last, as a whole-run timeline spans it
+        SELECT min(ts_ns) AS start_ns, max(ts_ns) + 1 AS end_ns
+        FROM (SELECT ts_ns FROM events UNION ALL SELECT ts_ns FROM pool)
+    ),
+    lifetimes AS (
+        SELECT engine AS engine_id, rank AS dp_rank, block_hash, kv_group,
+            greatest(stored_ns, span.start_ns) AS stored_ns,
+            CASE WHEN ended_by IS NULL THEN span.end_ns ELSE least(ended_ns, span.end_ns) END
+                AS ended_ns
+        FROM cache_lifetimes, fleet_span AS span
+        WHERE stored_ns < span.end_ns
+            AND (SELECT count(DISTINCT (engine, rank)) FROM cache_lifetimes) > 1
+    ),
+    changes AS (
+        SELECT engine_id, dp_rank, block_hash, kv_group, stored_ns AS ts_ns, 1 AS change
+        FROM lifetimes WHERE ended_ns > stored_ns
+        UNION ALL
+        SELECT engine_id, dp_rank, block_hash, kv_group, ended_ns, -1
+        FROM lifetimes WHERE ended_ns > stored_ns
+    ),
+    copies AS (
+        SELECT engine_id, dp_rank, block_hash, kv_group, ts_ns, sum(change) AS change,
+            sum(sum(change)) OVER (
+                PARTITION BY engine_id, dp_rank, block_hash, kv_group ORDER BY ts_ns
+            ) > 0 AS held
+        FROM changes GROUP BY engine_id, dp_rank, block_hash, kv_group, ts_ns
+    ),
+    holders AS (
+        SELECT block_hash, kv_group, ts_ns, change,
+            held::INTEGER - coalesce(lag(held::INTEGER) OVER (
+                PARTITION BY engine_id, dp_rank, block_hash, kv_group ORDER BY ts_ns
+            ), 0) AS holder_change
+        FROM copies
+    ),
+    spread AS (
+        SELECT block_hash, kv_group, ts_ns, sum(change) AS change,
+            sum(sum(holder_change)) OVER (
+                PARTITION BY block_hash, kv_group ORDER BY ts_ns
+            ) AS holders
+        FROM holders GROUP BY block_hash, kv_group, ts_ns
+    ),
+    hash_changes AS (
+        SELECT ts_ns, change,
+            greatest(holders - 1, 0) - coalesce(lag(greatest(holders - 1, 0)) OVER by_hash, 0)
+                AS extra_change,
+            (holders > 1)::INTEGER - coalesce(lag((holders > 1)::INTEGER) OVER by_hash, 0)
+                AS duplicated_change
+        FROM spread
+        WINDOW by_hash AS (PARTITION BY block_hash, kv_group ORDER BY ts_ns)
+    ),
+    states AS (
+        SELECT ts_ns,
+            sum(sum(change)) OVER by_time AS cached_blocks,
+            sum(sum(duplicated_change)) OVER by_time AS duplicated_hashes,
+            sum(sum(extra_change)) OVER by_time AS duplicated_blocks,
+            coalesce(lead(ts_ns) OVER by_time, (SELECT end_ns FROM fleet_span)) AS until_ns
+        FROM hash_changes GROUP BY ts_ns
+        WINDOW by_time AS (ORDER BY ts_ns)
+    )
+    SELECT ts_ns, until_ns, cached_blocks, duplicated_hashes, duplicated_blocks
+    FROM states
+    ORDER BY ts_ns
+"""
+
 # In build order: each may read the ones before it (and the `requests` table).
 ROLLUP_STATEMENTS = (
     _REFERENCE_GROUP,
@@ -344,4 +423,5 @@ ROLLUP_STATEMENTS = (
     _PREFIX_BLOCKS,
     _TENANT_SHARING,
     _FAMILY_HITS,
+    _FLEET_STATES,
 )

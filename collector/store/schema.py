@@ -5,7 +5,7 @@ from __future__ import annotations
 from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
