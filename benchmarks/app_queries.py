@@ -197,6 +197,30 @@ def report(title: str, seconds: dict[str, dict[str, list[float]]]) -> float:
     return slowest
 
 
+def time_pages(
+    store: RunFile,
+    second: RunFile,
+    rounds: int,
+    more: Callable[[TimeWindow], dict[str, dict[str, Call]]] = lambda _: {},
+) -> None:
+    """Time every page's calls (`page_calls`, and `more`'s) over the whole run and over its
+    middle 80 %; print them and the slowest page."""
+    grid = time_grid(store)
+    windows = {
+        "whole run": grid.whole_run(),
+        "middle 80 %": grid.window(0.1 * grid.span_s, 0.9 * grid.span_s),
+    }
+    slowest = 0.0
+    for label, window in windows.items():
+        seconds = measure({**page_calls(store, window, second), **more(window)}, rounds)
+        title = (
+            f"{label}: {window.start_s:,.0f}-{window.end_s:,.0f} s, {rounds} rounds, "
+            "seconds per call and per page"
+        )
+        slowest = max(slowest, report(title, seconds))
+    print(f"\nslowest page, coldest round: {slowest:.3f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -219,20 +243,7 @@ def main() -> None:
         f"time_rollup {tables['time_rollup']:,} rows, block_heat {tables['block_heat']:,}, "
         f"prefix_blocks {tables['prefix_blocks']:,}. Compared with {sample.name}."
     )
-    grid = time_grid(store)
-    windows = {
-        "whole run": grid.whole_run(),
-        "middle 80 %": grid.window(0.1 * grid.span_s, 0.9 * grid.span_s),
-    }
-    slowest = 0.0
-    for label, window in windows.items():
-        seconds = measure(page_calls(store, window, second), args.rounds)
-        title = (
-            f"{label}: {window.start_s:,.0f}-{window.end_s:,.0f} s, {args.rounds} rounds, "
-            "seconds per call and per page"
-        )
-        slowest = max(slowest, report(title, seconds))
-    print(f"\nslowest page, coldest round: {slowest:.3f} s")
+    time_pages(store, second, args.rounds)
     store.close()
     second.close()
 

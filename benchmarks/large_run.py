@@ -35,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import duckdb
-from app_queries import OPTIONS, SECRET, Call, measure, page_calls, report, workload_trace
+from app_queries import OPTIONS, SECRET, Call, time_pages, workload_trace
 
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.model.kv_memory import MODELS, gib_for_blocks
@@ -43,7 +43,6 @@ from collector.model.time_window import TimeWindow
 from collector.queries import fleet, kv_groups, vllm_kv
 from collector.queries.fleet import num_engines
 from collector.queries.summary import run_summary
-from collector.queries.timeline import time_grid
 from collector.replay.replayer import replay
 from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
@@ -262,21 +261,7 @@ def main() -> None:
     sample = Path(__file__).resolve().parents[1] / "sample_data" / "run_block32.duckdb"
     store, second = RunStore.open(run), RunStore.open(sample)
     describe(run, store)
-    grid = time_grid(store)
-    windows = {
-        "whole run": grid.whole_run(),
-        "middle 80 %": grid.window(0.1 * grid.span_s, 0.9 * grid.span_s),
-    }
-    slowest = 0.0
-    for label, window in windows.items():
-        calls = {**page_calls(store, window, second), **more_page_calls(store, run, window)}
-        seconds = measure(calls, args.rounds)
-        title = (
-            f"{label}: {window.start_s:,.0f}-{window.end_s:,.0f} s, {args.rounds} rounds, "
-            "seconds per call and per page"
-        )
-        slowest = max(slowest, report(title, seconds))
-    print(f"\nslowest page, coldest round: {slowest:.3f} s")
+    time_pages(store, second, args.rounds, lambda window: more_page_calls(store, run, window))
     store.close()
     second.close()
     live_refresh(run, rounds=1)
