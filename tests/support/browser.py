@@ -100,13 +100,17 @@ def texts(driver: Any, css: str) -> list[str]:
 
 
 def screenshot_page(
-    driver: Any, url: str, path: Path, min_charts: int, timeout_s: float = 60
+    driver: Any, url: str, path: Path, min_charts: int, timeout_s: float = 300
 ) -> dict[str, Any]:
-    """Open a page, wait until its charts are drawn and Streamlit is idle, save a PNG."""
+    """Open a page, wait until its charts are drawn and Streamlit is idle, save a PNG.
+
+    The wait is long: on a loaded CI machine the Advisor page (it replays the run for its
+    what-ifs) once took over 60 s to draw, where it takes about 10 s on a quiet one."""
     from selenium.webdriver.common.by import By
 
     driver.get(url)
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     while time.monotonic() < deadline:
         charts = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
         running = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"]')
@@ -124,6 +128,8 @@ def screenshot_page(
     time.sleep(0.5)
     driver.save_screenshot(str(path))
     return {
+        "url": url,
+        "waited_s": round(time.monotonic() - started, 1),
         "charts": len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")),
         "exceptions": exceptions,
         "title": driver.title,
