@@ -36,6 +36,7 @@ from pathlib import Path
 
 import duckdb
 from app_queries import OPTIONS, SECRET, Call, time_pages, workload_trace
+from live_refresh import WORKER, timed_refresh
 
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.model.kv_memory import MODELS, gib_for_blocks
@@ -214,7 +215,8 @@ def replay_pages(store_path: Path) -> None:
 
 def live_refresh(run: Path, rounds: int) -> None:
     """A live refresh of a copy of the run resumed as a restarted collector resumes it: with
-    nothing new, and with the rebuild of the tables derived whole; part by part, per round."""
+    nothing new, and with a live copy made (the worker's copy and rebuild); part by part,
+    per round."""
     work = run.with_name("large-run-live.duckdb")
     shutil.copyfile(run, work)
     with duckdb.connect(str(work)) as connection:  # a collector still writing it
@@ -224,19 +226,14 @@ def live_refresh(run: Path, rounds: int) -> None:
     print(f"\nlive refresh of {run.name}: resumed in {time.perf_counter() - started:.2f} s")
     store.limit_threads(INGEST_THREADS)
     store.limit_memory(INGEST_MEMORY_LIMIT)
+    store.checkpoint_only_when_asked()
     for _ in range(rounds):
-        for rebuild in (False, True):
-            parts = {}
-            for name, step in store.refresh_steps(rebuild):
-                started = time.perf_counter()
-                step()
-                parts[name] = time.perf_counter() - started
-            started = time.perf_counter()
-            store.copy_to(live_copy_path(work))
-            parts["copy_to"] = time.perf_counter() - started
+        for copy in (False, True):
+            parts = timed_refresh(store, [], copy, INGEST_THREADS)
+            writer = sum(s for part, s in parts.items() if not part.startswith(WORKER))
             listed = ", ".join(f"{name} {seconds:.2f}" for name, seconds in parts.items())
-            label = "rebuild" if rebuild else "nothing new"
-            print(f"  {label}: {sum(parts.values()):.2f} s ({listed})", flush=True)
+            label = "and a live copy" if copy else "nothing new"
+            print(f"  {label}: writer {writer:.2f} s ({listed})", flush=True)
     store.close()
     work.unlink()
     live_copy_path(work).unlink(missing_ok=True)

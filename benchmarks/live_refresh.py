@@ -1,9 +1,10 @@
 """What one live refresh of `kvscope collect` costs, part by part, at two run sizes.
 
-Every `--live-interval` seconds while records arrive, the collector refreshes the derived
-tables of the run file it writes (`RunStore.refresh_derived`) and publishes a readable copy
-of it (`RunStore.copy_to`). This script builds runs of about 1 and 10 million rows: the
-sample workload (`kvscope generate`) drawn --copies times and replayed as
+Every `--live-interval` seconds while records arrive, the collector's writing thread folds
+the new rows into the eviction ages and checkpoints the run file (`LiveCopy.publish`); when
+a live copy is due, a worker thread copies the file's bytes and rebuilds the tables derived
+whole in the copy (collector/store/live_copy.py). This script builds runs of about 1 and 10
+million rows: the sample workload (`kvscope generate`) drawn --copies times and replayed as
 benchmarks/app_queries.py replays it, the stream's last 2 x --batches x --batch-records
 records held back. Each run is built once (minutes) under --cache (default
 /tmp/kvscope-bench) and never committed.
@@ -12,10 +13,10 @@ On a copy of each run, resumed as a collector restarted on it would open it, it 
 first refresh (the whole file is new to this process), then --batches rounds of three
 refreshes: one with nothing new, one after appending the next batch of held-back records
 (the stream goes on where the file stops: stores, hits and evictions of blocks the file
-holds), and one after the batch after that which also rebuilds the tables derived whole
-(requests and rollups), as a live refresh does when that rebuild is due. Each part is timed
-alone: the flush of the batch into the file, every step of the refresh, and the copy.
-Prints seconds per part, the median of the rounds.
+holds), and one after the batch after that which also makes a live copy. Each part is
+timed alone: the flush of the batch, the fold and the checkpoint (the writer's), the copy
+and every table rebuilt in it (the worker's, here run in turn). Prints seconds per part,
+the median of the rounds, and each side's total: the writer's should not grow with the run.
 
     python benchmarks/live_refresh.py [--copies 10,100] [--batches 3] [--batch-records 5000]
 """
@@ -34,7 +35,7 @@ import duckdb
 import msgspec
 from app_queries import OPTIONS, SECRET, workload_trace
 
-from collector.live.receiver import INGEST_THREADS
+from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.queries.summary import run_summary
 from collector.replay.replayer import load_requests, replay_into
 from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path
@@ -91,23 +92,41 @@ def build_run(cache: Path, copies: int, num_held: int) -> tuple[Path, list[Event
 
 
 Timings = dict[str, float]
+WORKER = "live copy: "  # the parts a collector's worker thread does
 
 
-def timed_refresh(store: RunStore, records: list[Event], rebuild: bool) -> Timings:
-    """Append `records`, then refresh (rebuilding the tables derived whole or not) and
-    publish as a live collector does, part by part."""
+def timed_refresh(store: RunStore, records: list[Event], copy: bool, threads: int) -> Timings:
+    """Append `records`, then refresh as a collector's writing thread does, and make a live
+    copy as its worker does if `copy`, part by part."""
     timings: Timings = {}
     started = time.perf_counter()
     store.append(records)
     store.flush()
     timings["flush (the new records)"] = time.perf_counter() - started
-    for name, step in store.refresh_steps(rebuild):
+    for name, step in [*store.refresh_steps(rebuild=False), ("checkpoint", store.checkpoint)]:
         started = time.perf_counter()
         step()
         timings[name] = time.perf_counter() - started
+    if copy:
+        timings |= timed_live_copy(store, threads)
+    return timings
+
+
+def timed_live_copy(store: RunStore, threads: int) -> Timings:
+    """A live copy of `store`, as `LiveCopy`'s worker makes one, part by part."""
+    timings: Timings = {}
+    temporary = live_copy_path(store.path).with_suffix(".tmp")
     started = time.perf_counter()
-    store.copy_to(live_copy_path(store.path))
-    timings["copy_to"] = time.perf_counter() - started
+    store.copy_file(temporary)
+    timings[f"{WORKER}copy"] = time.perf_counter() - started
+    with RunStore.open_copy(temporary) as copy:
+        copy.limit_threads(threads)
+        copy.limit_memory(INGEST_MEMORY_LIMIT)
+        for name, step in copy.rebuild_steps():
+            started = time.perf_counter()
+            step()
+            timings[f"{WORKER}{name}"] = time.perf_counter() - started
+    temporary.replace(live_copy_path(store.path))
     return timings
 
 
@@ -126,13 +145,14 @@ def measure(
     store = RunStore.resume(work)
     resume_s = time.perf_counter() - started
     store.limit_threads(threads)
-    rounds = {"first refresh": [timed_refresh(store, [], rebuild=True)]}
+    store.checkpoint_only_when_asked()
+    rounds = {"first refresh": [timed_refresh(store, [], True, threads)]}
     for _ in range(batches):
-        rounds.setdefault("nothing new", []).append(timed_refresh(store, [], rebuild=False))
-        new = timed_refresh(store, next(new_batches), rebuild=False)
+        rounds.setdefault("nothing new", []).append(timed_refresh(store, [], False, threads))
+        new = timed_refresh(store, next(new_batches), False, threads)
         rounds.setdefault(f"{size:,} new", []).append(new)
-        rebuilt = timed_refresh(store, next(new_batches), rebuild=True)
-        rounds.setdefault(f"{size:,} new, rebuild", []).append(rebuilt)
+        copied = timed_refresh(store, next(new_batches), True, threads)
+        rounds.setdefault(f"{size:,} new, copy", []).append(copied)
     store.close()
     work.unlink()
     live_copy_path(work).unlink()
@@ -146,12 +166,19 @@ def report(title: str, rounds: dict[str, list[Timings]]) -> None:
         for column, timings in rounds.items()
     }
     print(f"\n{title}")
-    print(f"  {'part':<26}" + "".join(f" {column:>20}" for column in medians))
+    print(f"  {'part':<34}" + "".join(f" {column:>20}" for column in medians))
     for part in medians["first refresh"]:
         cells = (f"{row[part]:.3f}" if part in row else "-" for row in medians.values())
-        print(f"  {part:<26}" + "".join(f" {cell:>20}" for cell in cells))
-    totals = [statistics.median(sum(one.values()) for one in runs) for runs in rounds.values()]
-    print(f"  {'total':<26}" + "".join(f" {total:20.3f}" for total in totals))
+        print(f"  {part:<34}" + "".join(f" {cell:>20}" for cell in cells))
+    for side, in_side in (("writer", False), ("live copy", True)):
+        totals = [
+            statistics.median(
+                sum(seconds for part, seconds in one.items() if part.startswith(WORKER) == in_side)
+                for one in runs
+            )
+            for runs in rounds.values()
+        ]
+        print(f"  {side + ' total':<34}" + "".join(f" {total:20.3f}" for total in totals))
 
 
 def _by_part(rounds: list[Timings]) -> dict[str, list[float]]:

@@ -138,6 +138,12 @@ def _run_collect(args: argparse.Namespace) -> int:
             f"({stats.rows / stats.ingest_s:,.0f} rows/s), {stats.commits:,} commits",
             flush=True,
         )
+    if stats.snapshot_failures:
+        print(
+            f"kvscope collect: {len(stats.snapshot_failures):,} live copies failed "
+            f"({stats.snapshots:,} published); the last: {stats.snapshot_failures[-1]}",
+            flush=True,
+        )
     if stats.rejected.total:
         reasons = ", ".join(
             f"{count:,} {reason}" for reason, count in stats.rejected.by_reason.items()

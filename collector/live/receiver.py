@@ -3,9 +3,9 @@
 DuckDB allows one writing process per file, and while it writes, no other process can open
 the file, not even read-only. So the receiver is the only process that opens the run file,
 and for readers (the app's live view) it publishes a consistent copy, `RUN.duckdb.live`,
-every `live_interval_s` seconds while records arrive: readers never touch the file being
-written, and never see a lock error. When the receiver stops, it finalizes the run file
-and removes the copy.
+as often as every `live_interval_s` seconds while records arrive, made on a thread of its
+own (collector/store/live_copy.py): readers never touch the file being written, and never
+see a lock error. When the receiver stops, it finalizes the run file and removes the copy.
 
 A batch is acknowledged to its engine only after its records are committed. Batches are
 committed together, once COMMIT_BYTES of them wait or the oldest has waited
@@ -37,7 +37,8 @@ from collector.live.listener import Listener
 from collector.live.vllm_kv.conflicts import HashConflictDetector
 from collector.live.vllm_kv.ingest import append_vllm_batches
 from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
-from collector.store.run_file import RunConfig, RunStore, StoreError, live_copy_path
+from collector.store.live_copy import LiveCopy
+from collector.store.run_file import RunConfig, RunStore, StoreError
 from engine_hooks.events import Drop, Event
 from engine_hooks.transport import Ack, BatchHeader
 
@@ -74,7 +75,8 @@ class ReceiverStats:
     rows: int = 0
     commits: int = 0
     missing_records: int = 0
-    snapshots: int = 0
+    snapshots: int = 0  # live copies published
+    snapshot_failures: list[str] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     engines: dict[tuple[str, int], _EngineStream] = field(default_factory=dict)
 
@@ -106,13 +108,14 @@ class Receiver:
         self.observers = observers
         self.stats = ReceiverStats()
         self.store: RunStore | None = None
+        self._live_copy: LiveCopy | None = None
         self.kv_event_sources = kv_event_sources
         self._kv_event_run_config = kv_event_run_config
         self._conflicts = HashConflictDetector()
         self._decoder = BatchDecoder()
         self._encoder = msgspec.msgpack.Encoder()
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
-            self.store = self._limited(RunStore.resume(run_path))
+            self.store = self._open(RunStore.resume(run_path))
             for engine, (next_seq, last_ts_ns) in self.store.stream_positions().items():
                 self.stats.engines[engine] = _EngineStream(next_seq, last_ts_ns)
             for source in kv_event_sources:
@@ -127,9 +130,11 @@ class Receiver:
         # A run resumed keeps its settings unless vLLM's KV events began it (guesses).
         self._settings_from_engine = self.store is not None and self.store.source == "engine"
 
-    def _limited(self, store: RunStore) -> RunStore:
+    def _open(self, store: RunStore) -> RunStore:
+        """`store`, with this collector's limits, and its live copy set up."""
         store.limit_threads(self.threads)
         store.limit_memory(self.memory_limit)
+        self._live_copy = LiveCopy(store, self.threads, self.memory_limit)
         return store
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
@@ -153,11 +158,8 @@ class Receiver:
                     and time.monotonic() - last_batch_at > idle_exit_s
                 ):
                     break
-                if time.monotonic() - self._last_snapshot > self.live_interval_s:
-                    if self._dirty:
-                        self.publish_snapshot()
-                    elif self.store is not None and self.store.derived_stale:
-                        self.publish_snapshot(rebuild=True)  # records stopped: catch up
+                if self._dirty and time.monotonic() - self._last_snapshot > self.live_interval_s:
+                    self.publish_snapshot()
             while self._receive_available():  # what is left, a commit's worth at a time
                 self._commit()
             self._commit()
@@ -180,7 +182,7 @@ class Receiver:
         if self.store is None:
             if self._kv_event_run_config is None:
                 raise StoreError("vLLM KV events arrived, but no run configuration was given")
-            self.store = self._limited(RunStore.create(self.run_path, self._kv_event_run_config))
+            self.store = self._open(RunStore.create(self.run_path, self._kv_event_run_config))
         self.store.flush()  # the engines' records first: one writer, one order
         append_vllm_batches(self.store, batches, gaps, self._conflicts)
         self._dirty = True
@@ -228,7 +230,7 @@ class Receiver:
         if not records and not drops:
             return  # an engine's closing batch, with nothing missing: nothing to store
         if self.store is None:
-            self.store = self._limited(RunStore.create(self.run_path, _run_config(header)))
+            self.store = self._open(RunStore.create(self.run_path, _run_config(header)))
         elif not self._settings_from_engine:
             # vLLM's KV events came first: the run was made with the collector's guesses
             # (no pool size, no hash algorithm); an engine's header knows them.
@@ -240,23 +242,25 @@ class Receiver:
         for observe in self.observers:
             observe(header, stored)
 
-    def publish_snapshot(self, rebuild: bool = False) -> None:
-        """Refresh the derived tables (rebuilding those derived whole if `rebuild`) and
-        publish a readable copy of the run file."""
-        if self.store is None:
+    def publish_snapshot(self) -> None:
+        """Fold the new rows and checkpoint the run file, and start a new live copy of it
+        when one is due; until one starts, the run stays dirty and the next interval tries
+        again (a copy being made, or made a moment ago: `LiveCopy`)."""
+        if self._live_copy is None:
             return
-        self.store.refresh_derived(rebuild)
-        self.store.copy_to(live_copy_path(self.run_path))
-        self.stats.snapshots += 1
+        if self._live_copy.publish():
+            self._dirty = False
         self._last_snapshot = time.monotonic()
-        self._dirty = False
 
     def close(self) -> None:
         self._listener.close()
         for source in self.kv_event_sources:
             source.close()
-        if self.store is None:
+        if self.store is None or self._live_copy is None:
             return
+        self._live_copy.close()
+        self.stats.snapshots = self._live_copy.published
+        self.stats.snapshot_failures = self._live_copy.failures
         self.store.finalize()
         self.stats.rows = self.store.num_rows
         self.store.close()

@@ -1,19 +1,15 @@
-"""The tables of a run file derived from its events, and when a refresh brings them up to
-date: the eviction ages every time, from the rows new since the last refresh
-(eviction_ages.py); the tables derived whole (`requests` and the rollups, schema.py) when
-asked to or when due.
+"""The tables of a run file derived from its events: the eviction ages, folded in from the
+rows new since the last fold (eviction_ages.py), and the tables derived whole (`requests`
+and the rollups, schema.py), rebuilt from every event.
 
-Rebuilding those costs more as the run grows (seconds at ten million rows), so a live
-refresh rebuilds them every time only while that takes under REBUILD_ALWAYS_S, and beyond
-that once REBUILD_SPACING times the last rebuild's duration has passed since it ended: the
-rebuilds then take at most a fifth of the collector's time, and those tables lag the events
-by up to about five times a rebuild's duration. `RunStore.finalize` rebuilds them all.
+A collector folds on its writing thread, which costs what is new; the rebuild costs what
+the run holds (minutes at 100 million rows), so while engines run it happens in the live
+copy, off that thread (live_copy.py), and in the run file itself when it is finalized.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from functools import partial
 
@@ -21,9 +17,6 @@ import duckdb
 
 from collector.store.eviction_ages import EvictionAges
 from collector.store.schema import DERIVED_STATEMENTS
-
-REBUILD_ALWAYS_S = 1.0
-REBUILD_SPACING = 4
 
 Step = tuple[str, Callable[[], object]]
 
@@ -34,36 +27,27 @@ class DerivedTables:
     def __init__(self, connection: duckdb.DuckDBPyConnection) -> None:
         self._connection = connection
         self._eviction_ages = EvictionAges()
-        self._rebuilt: tuple[float, float] | None = None  # when it ended, seconds it took
-        self.stale = False  # a refresh left the tables derived whole behind the events
 
     def refresh(self, rebuild: bool) -> None:
         """Fold the new rows into the eviction ages; rebuild the tables derived whole if
-        `rebuild` or if due."""
-        rebuild = rebuild or self._rebuild_due()
-        started = time.monotonic()
+        `rebuild`."""
         for _, step in self.steps(rebuild):
             step()
-        if rebuild:
-            ended = time.monotonic()
-            self._rebuilt = (ended, ended - started)
-        self.stale = not rebuild
 
     def steps(self, rebuild: bool) -> list[Step]:
         """What `refresh` does, in order, each named by what it derives."""
         steps: list[Step] = [("eviction ages", partial(self._eviction_ages.fold, self._connection))]
         if rebuild:
-            steps += [
-                (_table_made_by(statement), partial(self._connection.execute, statement))
-                for statement in DERIVED_STATEMENTS
-            ]
+            steps += rebuild_steps(self._connection)
         return steps
 
-    def _rebuild_due(self) -> bool:
-        if self._rebuilt is None:
-            return True
-        ended, seconds = self._rebuilt
-        return seconds < REBUILD_ALWAYS_S or time.monotonic() - ended >= REBUILD_SPACING * seconds
+
+def rebuild_steps(connection: duckdb.DuckDBPyConnection) -> list[Step]:
+    """The statements that rebuild the tables derived whole, each named by its table."""
+    return [
+        (_table_made_by(statement), partial(connection.execute, statement))
+        for statement in DERIVED_STATEMENTS
+    ]
 
 
 def _table_made_by(statement: str) -> str:

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from collector.store.cache_mirror import BLOCK_STATES_SQL, CacheMirrors
-from collector.store.derived_tables import DerivedTables, Step
+from collector.store.derived_tables import DerivedTables, Step, rebuild_steps
 from collector.store.ingest import to_batch
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 from engine_hooks.events import Event
@@ -151,7 +151,7 @@ class RunStore(RunFile):
         self.num_records = 0
         self.num_rows = 0
         self._derived = DerivedTables(connection)
-        self._reader: int | None = None  # the run file, for copy_to
+        self._reader: int | None = None  # the run file, for copy_file
 
     @classmethod
     def create(cls, path: Path, config: RunConfig) -> Self:
@@ -175,6 +175,12 @@ class RunStore(RunFile):
             connection.execute(statement)
         connection.close()
         os.replace(temporary, path)
+        return cls(_connect(path), path)
+
+    @classmethod
+    def open_copy(cls, path: Path) -> Self:
+        """Open a copy of a run file being written (live_copy.py), to rebuild its tables
+        derived whole; unchecked: the copy was made a moment ago from a checked file."""
         return cls(_connect(path), path)
 
     @classmethod
@@ -270,40 +276,52 @@ class RunStore(RunFile):
         connection.commit()
 
     def refresh_derived(self, rebuild: bool = False) -> None:
-        """Flush, then bring the derived tables up to the events so far: the eviction ages
-        from the rows new since the last refresh, and the tables derived whole when
-        `rebuild` or when due (`collector/store/derived_tables.py`)."""
+        """Flush, then fold the rows new since the last refresh into the eviction ages, and
+        rebuild the tables derived whole if `rebuild` (`collector/store/derived_tables.py`)."""
         self.flush()
         self._derived.refresh(rebuild)
 
-    @property
-    def derived_stale(self) -> bool:
-        """Whether the last refresh left `requests` and the rollups behind the events."""
-        return self._derived.stale
-
     def refresh_steps(self, rebuild: bool) -> list[Step]:
         """What `refresh_derived` does after flushing, in order, each named by what it
-        derives (benchmarks/live_refresh.py times them one by one)."""
+        derives (the benchmarks time them one by one)."""
         return self._derived.steps(rebuild)
 
-    def copy_to(self, destination: Path) -> None:
-        """Write a consistent copy of the whole run file to `destination`, atomically. A
-        checkpoint leaves everything committed in the file itself, which nothing writes
-        again before the copy is made: this connection is the file's one writer.
+    def rebuild_steps(self) -> list[Step]:
+        """The statements that rebuild this file's tables derived whole, each named."""
+        return rebuild_steps(self._connection)
+
+    def checkpoint(self) -> None:
+        """Write everything committed into the file itself (and its header naming it)."""
+        self._connection.execute("CHECKPOINT")
+
+    def checkpoint_only_when_asked(self) -> None:
+        """Turn off DuckDB's automatic checkpoints (at 16 MB of write-ahead log): a live
+        copy reads the file between two `checkpoint` calls (live_copy.py)."""
+        self._connection.execute("SET wal_autocheckpoint = '1TB'")
+
+    def copy_file(self, destination: Path) -> None:
+        """Write the bytes of the run file to `destination`. Between checkpoints they are
+        the last checkpoint's state: DuckDB writes the file's header, and the blocks it
+        names, only while checkpointing; appends go to the write-ahead log or to blocks
+        that header does not name, as a crash at any moment must find the file consistent.
 
         The file is read through one descriptor kept open until the store closes: closing
         any descriptor of a file drops the process's POSIX locks on it, DuckDB's among
         them, and other processes could then open the run file while it is written."""
-        self._connection.execute("CHECKPOINT")
-        if self._reader is None:
-            self._reader = os.open(self.path, os.O_RDONLY)
-        temporary = destination.with_name(f".{destination.name}.tmp")
-        with temporary.open("wb") as copy:
+        with destination.open("wb") as copy:
             offset = 0
-            while chunk := os.pread(self._reader, COPY_CHUNK_BYTES, offset):
+            while chunk := self._read_chunk(offset):
                 copy.write(chunk)
                 offset += len(chunk)
-        os.replace(temporary, destination)
+
+    def _read_chunk(self, offset: int) -> bytes:
+        if self._reader is None:
+            self._reader = os.open(self.path, os.O_RDONLY)
+        return os.pread(self._reader, COPY_CHUNK_BYTES, offset)
+
+    def interrupt(self) -> None:
+        """Stop the statement this store's connection runs (from another thread)."""
+        self._connection.interrupt()
 
     def close(self) -> None:
         super().close()
@@ -325,6 +343,7 @@ class RunStore(RunFile):
         the engines are done), stamp the run as finished, and remove the live copy a
         collector published of it (readers now read the run itself)."""
         self._connection.execute("RESET threads")
+        self._connection.execute("RESET wal_autocheckpoint")
         self.refresh_derived(rebuild=True)
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
         self._connection.execute(
