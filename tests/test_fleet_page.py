@@ -145,6 +145,11 @@ def test_the_page_shows_the_fleet(fleet_run: Path) -> None:
     assert not app.info
 
 
+def test_the_overview_names_each_engines_pool(fleet_run: Path) -> None:
+    caption = start(fleet_run).caption[0].value
+    assert "block size 4, 2 engines of 10 blocks each, sha256" in caption
+
+
 def test_a_run_of_one_engine_gets_a_note() -> None:
     app = go_to(start(), PAGE)
     assert not app.get("plotly_chart")

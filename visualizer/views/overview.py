@@ -15,6 +15,7 @@ from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
 from collector.queries.config import RunRow, describe_source, run_config
+from collector.queries.fleet import num_engines
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from collector.queries.summary import hit_ratio
 from collector.store.run_file import RunFile
@@ -32,9 +33,13 @@ def render() -> None:
     figures = activity.window_figures(run, window)
     config = run_config(run)
     st.title("Overview")
+    engines = num_engines(run)
+    pools = f"{config['num_blocks']:,} blocks"
+    if engines > 1:
+        pools = f"{engines} engines of {pools} each"
     st.caption(
         f"{path.name}: {describe_source(config)}, "
-        f"block size {config['block_size']}, {config['num_blocks']:,} blocks, "
+        f"block size {config['block_size']}, {pools}, "
         f"{config['hash_algo']}, vLLM {config['vllm_version']}. "
         f"Showing {window_caption(window, run)}."
     )
