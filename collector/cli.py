@@ -56,14 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from collector.replay.block_manager import VllmUnavailable
     from collector.replay.traces import TraceError
     from collector.store.run_file import ReadError, StoreError
+    from collector.unavailable import Unavailable
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except (TraceError, StoreError, ValueError, VllmUnavailable) as error:
+    except (TraceError, StoreError, ValueError, Unavailable) as error:
         print(f"kvscope: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ReadError as error:  # a run file damaged where opening it could not tell

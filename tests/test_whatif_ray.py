@@ -4,6 +4,7 @@ local process pool gives, point for point and run file for run file."""
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from collector.cli import main
+from collector.replay.traces import TraceError
 from collector.replay.whatif import read_results
 from collector.store.run_file import RunFile
 from tests.support.ports import free_port
@@ -136,6 +138,15 @@ def test_a_sweep_on_ray_equals_the_local_pool_point_for_point(
             assert affinity["engines"] == round_robin["engines"] == 2
             assert affinity["token_hit_ratio"] > round_robin["token_hit_ratio"]
     assert "bs16-blocks300-seqs256-engines2-prefix-affinity.duckdb" in names
+
+
+def test_kvscopes_refusal_on_a_ray_node_reaches_the_driver_whole() -> None:
+    # Ray pickles what a task raises; the driver re-raises kvscope's own errors as they
+    # were, so a sweep on Ray refuses as the local pool does (TraceError: file, line, reason).
+    error = pickle.loads(pickle.dumps(TraceError(SAMPLE_TRACE, 7, "needs 'token_ids'")))
+    assert isinstance(error, TraceError)
+    assert (error.path, error.line, error.reason) == (SAMPLE_TRACE, 7, "needs 'token_ids'")
+    assert str(error) == f"{SAMPLE_TRACE}:7: needs 'token_ids'"
 
 
 def test_an_address_nobody_answers_is_refused_at_once(

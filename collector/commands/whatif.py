@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -105,16 +104,6 @@ def _routers(text: str) -> list[str]:
 
 
 def _run_whatif(args: argparse.Namespace) -> int:
-    from collector.replay.ray_sweep import RayUnavailable
-
-    try:
-        return _sweep(args)
-    except RayUnavailable as error:
-        print(f"kvscope: error: {error}", file=sys.stderr)
-        return 2  # bad input, as collector.cli exits on the errors it catches
-
-
-def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from collector.replay.block_manager import require_vllm

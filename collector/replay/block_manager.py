@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from collector.replay.kv_layout import check_fits, parse_layout
+from collector.unavailable import Unavailable
 
 if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -165,7 +166,7 @@ def _lora_int_id(name: str) -> int:
     return zlib.crc32(name.encode()) % (1 << 30) + 1
 
 
-class VllmUnavailable(RuntimeError):
+class VllmUnavailable(Unavailable):
     """This environment has no vLLM kvscope supports, and the command replays through it."""
 
 

@@ -21,19 +21,13 @@ from collector.replay.replayer import ReplayOptions
 from collector.replay.traces import TraceError, TraceRequest
 from collector.replay.whatif import SweepPoint, replay_point
 from collector.store.run_file import StoreError
+from collector.unavailable import Unavailable
 
 CONNECT_TIMEOUT_S = 5.0  # ray.init itself retries an address nobody answers for minutes
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(Unavailable):
     """No Ray to run the sweep on: not installed, or no cluster answers at the address."""
-
-
-class PointFailed(ValueError):
-    """A point's replay refused its input on a Ray node; the message is kvscope's own.
-
-    TraceError takes three arguments and so does not unpickle: a task raises this instead.
-    """
 
 
 def require_ray() -> str:
@@ -98,8 +92,8 @@ def replay_on_ray(
             try:
                 row, run_bytes = ray.get(done[0])
             except ray.exceptions.RayTaskError as error:
-                if isinstance(error.cause, PointFailed):
-                    raise PointFailed(str(error.cause)) from None
+                if isinstance(error.cause, TraceError | StoreError):
+                    raise error.cause from None  # kvscope's own refusal, as a local replay's
                 raise
             _write_atomically(out_path, run_bytes)
             yield row
@@ -118,12 +112,9 @@ def _replay_remotely(
     """On a Ray node: the point's figures and its run file's bytes."""
     with tempfile.TemporaryDirectory(prefix="kvscope-whatif-") as folder:
         out_path = Path(folder) / point.run_name
-        try:
-            row = replay_point(
-                requests, point, options, out_path=out_path, source=Path(source), secret=secret
-            )
-        except (TraceError, StoreError) as error:
-            raise PointFailed(str(error)) from None
+        row = replay_point(
+            requests, point, options, out_path=out_path, source=Path(source), secret=secret
+        )
         return row, out_path.read_bytes()
 
 

@@ -37,6 +37,11 @@ class TraceError(ValueError):
         self.line = line
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[TraceError], tuple[Path, int, str]]:
+        # As it was made (an exception pickles with its message alone by default): a
+        # point's replay on a Ray node raises it back to the driver.
+        return TraceError, (self.path, self.line, self.reason)
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
