@@ -38,7 +38,13 @@ from app_queries import OPTIONS, SECRET, workload_trace
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.queries.summary import run_summary
 from collector.replay.replayer import load_requests, replay_into
-from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path
+from collector.store.run_file import (
+    RunConfig,
+    RunFile,
+    RunStore,
+    live_copy_draft_path,
+    live_copy_path,
+)
 from collector.store.schema import CREATE_STATEMENTS, SCHEMA_VERSION
 from engine_hooks.events import Event, decoder, encoder
 
@@ -115,7 +121,7 @@ def timed_refresh(store: RunStore, records: list[Event], copy: bool, threads: in
 def timed_live_copy(store: RunStore, threads: int) -> Timings:
     """A live copy of `store`, as `LiveCopy`'s worker makes one, part by part."""
     timings: Timings = {}
-    temporary = live_copy_path(store.path).with_suffix(".tmp")
+    temporary = live_copy_draft_path(store.path)
     started = time.perf_counter()
     store.copy_file(temporary)
     timings[f"{WORKER}copy"] = time.perf_counter() - started

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from collector.store.run_file import RunStore, live_copy_path
+from collector.store.run_file import RunStore, live_copy_draft_path, live_copy_path
 
 PUBLISH_ALWAYS_S = 1.0
 PUBLISH_SPACING = 4
@@ -43,7 +43,7 @@ class LiveCopy:
         self._threads = threads
         self._memory_limit = memory_limit
         self.path = live_copy_path(store.path)
-        self._temporary = self.path.with_name(f".{self.path.name}.tmp")
+        self._temporary = live_copy_draft_path(store.path)
         self._reading = threading.Event()  # the worker reads the run file: no checkpoints
         self._worker: threading.Thread | None = None
         self._copy: RunStore | None = None  # the copy the worker rebuilds, to interrupt it

@@ -352,6 +352,7 @@ class RunStore(RunFile):
             [datetime.now(UTC).replace(tzinfo=None), queries, hits],
         )
         live_copy_path(self.path).unlink(missing_ok=True)
+        live_copy_draft_path(self.path).unlink(missing_ok=True)  # a killed collector's
 
 
 def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -447,6 +448,11 @@ def run_file_problem(path: Path) -> str | None:
 def live_copy_path(run_path: Path) -> Path:
     """Where `kvscope collect` publishes the readable copy of a run it is writing."""
     return run_path.with_name(run_path.name + ".live")
+
+
+def live_copy_draft_path(run_path: Path) -> Path:
+    """Where `kvscope collect` makes that copy before renaming it into place."""
+    return run_path.with_name(f".{run_path.name}.live.tmp")
 
 
 def open_readable(run_path: Path) -> tuple[RunFile, bool]:
