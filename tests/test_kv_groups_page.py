@@ -51,6 +51,40 @@ def test_each_groups_figures_are_its_own_rows() -> None:
     assert (timeline.groupby("kv_group")["in_use"].max() <= [peaks[0], peaks[1]]).all()
 
 
+def test_a_windows_figures_from_the_rollup_are_its_raw_rows() -> None:
+    """`group_rollup` answers for a window exactly what the window's events and pool records
+    say, every figure of every group."""
+    with RunFile.open(SAMPLE_HYBRID_RUN) as run:
+        window = time_grid(run).buckets(300, 700)
+        figures = kv_groups.group_figures(run, window).set_index("kv_group")
+        span = {"start": window.start_ns, "end": window.end_ns}
+        raw = run.frame(
+            """
+            SELECT coalesce(kv_group, 0) AS kv_group,
+                count(*) FILTER (WHERE kind = 'allocate') AS allocated,
+                count(*) FILTER (WHERE kind = 'store') AS stored,
+                count(*) FILTER (WHERE kind = 'hit') AS block_hits,
+                count(*) FILTER (WHERE kind = 'evict') AS evicted,
+                avg(block_position) FILTER (WHERE kind = 'hit' AND pos = 0) AS mean_hit_start
+            FROM events WHERE ts_ns >= $start AND ts_ns < $end GROUP BY ALL
+            """,
+            span,
+        ).set_index("kv_group")
+        peaks = run.rows(
+            "SELECT max(num_in_use_by_group[1]), max(num_in_use_by_group[2]) FROM pool "
+            "WHERE ts_ns >= $start AND ts_ns < $end",
+            span,
+        )[0]
+    assert not window.is_whole_run and raw["allocated"].min() > 0
+    for group in (0, 1):
+        for column in ("allocated", "stored", "block_hits", "evicted"):
+            assert figures.loc[group, column] == raw.loc[group, column], (group, column)
+        assert figures.loc[group, "mean_hit_start"] == pytest.approx(
+            raw.loc[group, "mean_hit_start"], abs=1e-9
+        )
+        assert figures.loc[group, "peak_in_use"] == peaks[group]
+
+
 def test_the_page_shows_both_groups_and_the_blocks_each_held() -> None:
     app = go_to(start(SAMPLE_HYBRID_RUN), PAGE)
     shown = metrics(app)

@@ -13,6 +13,8 @@ from collector.model.time_window import TimeWindow
 from collector.queries.timeline import timeline_span
 from collector.store.run_file import RunFile
 
+_LAST_BUCKET = 2**62  # past any run's last bucket: the whole run
+
 
 def layout(run: RunFile) -> list[dict[str, Any]]:
     """The run's groups as its options list them (kind, block size, window, layers), in
@@ -42,34 +44,25 @@ def group_figures(run: RunFile, window: TimeWindow | None = None) -> pd.DataFram
     """Per group: the blocks it allocated, stored, reused (block hits) and lost to eviction,
     the most blocks it held at once (pool records, from the collector's mirror of the
     stream), and where its hits started on average (0 for full attention; a window reuses
-    only the blocks its window still reads)."""
-    covered = timeline_span(run, window, 1)
-    span = {"start": covered["start"], "end": covered["end"]}
+    only the blocks its window still reads); read from `group_rollup`, the window's buckets."""
+    buckets = {
+        "first": window.first_bucket if window else 0,
+        "last": window.last_bucket if window else _LAST_BUCKET,
+    }
     figures = run.frame(
         """
-        SELECT coalesce(kv_group, 0) AS kv_group,
-            count(*) FILTER (WHERE kind = 'allocate') AS allocated,
-            count(*) FILTER (WHERE kind = 'store') AS stored,
-            count(*) FILTER (WHERE kind = 'hit') AS block_hits,
-            count(*) FILTER (WHERE kind = 'evict') AS evicted,
-            avg(block_position) FILTER (WHERE kind = 'hit' AND pos = 0) AS mean_hit_start
-        FROM events
-        WHERE kind IN ('allocate', 'store', 'hit', 'evict') AND ts_ns >= $start AND ts_ns < $end
+        SELECT kv_group,
+            CAST(sum(allocated) AS BIGINT) AS allocated,
+            CAST(sum(stored) AS BIGINT) AS stored,
+            CAST(sum(block_hits) AS BIGINT) AS block_hits,
+            CAST(sum(evicted) AS BIGINT) AS evicted,
+            sum(hit_start_positions) / nullif(sum(hit_starts), 0) AS mean_hit_start,
+            max(peak_in_use) AS peak_in_use
+        FROM group_rollup
+        WHERE bucket BETWEEN $first AND $last
         GROUP BY ALL
         """,
-        span,
-    )
-    peaks = run.frame(
-        """
-        WITH per_group AS (
-            SELECT unnest(num_in_use_by_group) AS in_use,
-                unnest(range(len(num_in_use_by_group))) AS kv_group
-            FROM pool
-            WHERE num_in_use_by_group IS NOT NULL AND ts_ns >= $start AND ts_ns < $end
-        )
-        SELECT kv_group, max(in_use) AS peak_in_use FROM per_group GROUP BY ALL
-        """,
-        span,
+        buckets,
     )
     groups = layout(run)
     table = pd.DataFrame(
@@ -79,12 +72,15 @@ def group_figures(run: RunFile, window: TimeWindow | None = None) -> pd.DataFram
             "num_layers": [group.get("num_layers", 1) for group in groups],
         }
     )
-    table = table.merge(figures, on="kv_group", how="left").merge(peaks, on="kv_group", how="left")
+    table = table.merge(figures, on="kv_group", how="left")
     counts = ["allocated", "stored", "block_hits", "evicted"]
     table[counts] = table[counts].fillna(0).astype("int64")
-    if peaks.empty and len(groups) == 1:  # one group: it holds every block in use
+    if table["peak_in_use"].isna().all() and len(groups) == 1:
+        # One group, pool records without per-group counts: it holds every block in use.
+        covered = timeline_span(run, window, 1)
         in_use = run.row(
-            "SELECT max(num_in_use) FROM pool WHERE ts_ns >= $start AND ts_ns < $end", span
+            "SELECT max(num_in_use) FROM pool WHERE ts_ns >= $start AND ts_ns < $end",
+            {"start": covered["start"], "end": covered["end"]},
         )
         table["peak_in_use"] = in_use[0] if in_use else None
     return table

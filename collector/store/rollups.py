@@ -7,6 +7,9 @@ not millions of events.
 - `time_rollup`: per time bucket, every headline figure (lookups, hits, stores, evictions,
   preemptions, drops, collisions, pool state);
 - `block_heat`: per time bucket, block bin and KV cache group, hits, stores and evictions;
+- `group_rollup`: per time bucket and KV cache group, the blocks allocated, stored, hit and
+  evicted, where hits started (their count and the sum of their first positions), and the
+  most blocks the group held at once (from pool records that say, per group);
 - `cache_lifetimes`: one row per store: when the block hash entered the cache, when it left
   (evicted, cleared by a reset, or still cached at the end), who stored it, and how many
   hits it got meanwhile (each hit goes to the latest store of its hash before it), all on
@@ -160,6 +163,48 @@ FROM events, rollup_grid AS grid
 WHERE kind IN ('hit', 'store', 'evict')
 GROUP BY ALL
 ORDER BY bucket, block_bin
+"""
+
+_GROUP_ROLLUP = """
+CREATE OR REPLACE TABLE group_rollup AS
+WITH event_buckets AS (
+    SELECT
+        (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+        coalesce(kv_group, 0) AS kv_group,
+        count(*) FILTER (WHERE kind = 'allocate') AS allocated,
+        count(*) FILTER (WHERE kind = 'store') AS stored,
+        count(*) FILTER (WHERE kind = 'hit') AS block_hits,
+        count(*) FILTER (WHERE kind = 'evict') AS evicted,
+        count(*) FILTER (WHERE kind = 'hit' AND pos = 0) AS hit_starts,
+        sum(block_position) FILTER (WHERE kind = 'hit' AND pos = 0) AS hit_start_positions
+    FROM events, rollup_grid AS grid
+    WHERE kind IN ('allocate', 'store', 'hit', 'evict')
+    GROUP BY ALL
+),
+pool_buckets AS (
+    SELECT bucket, kv_group, max(in_use) AS peak_in_use
+    FROM (
+        SELECT (ts_ns - grid.start_ns) // grid.bucket_ns AS bucket,
+            unnest(num_in_use_by_group) AS in_use,
+            unnest(range(len(num_in_use_by_group))) AS kv_group
+        FROM pool, rollup_grid AS grid
+        WHERE num_in_use_by_group IS NOT NULL
+    )
+    GROUP BY ALL
+)
+SELECT
+    bucket,
+    kv_group,
+    coalesce(allocated, 0) AS allocated,
+    coalesce(stored, 0) AS stored,
+    coalesce(block_hits, 0) AS block_hits,
+    coalesce(evicted, 0) AS evicted,
+    coalesce(hit_starts, 0) AS hit_starts,
+    CAST(coalesce(hit_start_positions, 0) AS BIGINT) AS hit_start_positions,
+    peak_in_use
+FROM event_buckets
+FULL JOIN pool_buckets USING (bucket, kv_group)
+ORDER BY bucket, kv_group
 """
 
 _CACHE_LIFETIMES = """
@@ -419,6 +464,7 @@ ROLLUP_STATEMENTS = (
     _GRID,
     _TIME_ROLLUP,
     _BLOCK_HEAT,
+    _GROUP_ROLLUP,
     _CACHE_LIFETIMES,
     _PREFIX_BLOCKS,
     _TENANT_SHARING,

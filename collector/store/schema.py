@@ -5,7 +5,7 @@ from __future__ import annotations
 from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
