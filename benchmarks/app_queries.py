@@ -147,7 +147,8 @@ def page_calls(store: RunFile, window: TimeWindow, second: RunFile) -> dict[str,
 
 
 def _prefix_tree_calls(store: RunFile, window: TimeWindow) -> dict[str, Call]:
-    """The prefix tree page's calls, on a node and the five prefixes it would show."""
+    """The prefix tree page's calls, on a node and the five prefixes it would show (the
+    token ids of every block drawn are read once: the nodes' texts and the prefixes')."""
     hot = prefix_tree.tree_nodes(store, window, 1_000)
     node = int(hot["block_hash"].iloc[len(hot) // 2], 16)
     merged = prefix_tree.merge_unbranched(hot)
@@ -156,11 +157,11 @@ def _prefix_tree_calls(store: RunFile, window: TimeWindow) -> dict[str, Call]:
     return {
         "tree_nodes (1,000)": lambda: prefix_tree.tree_nodes(store, window, 1_000),
         "merge_unbranched": lambda: prefix_tree.merge_unbranched(hot),
-        "node_summary": lambda: prefix_tree.node_summary(store, node, window),
-        "node_history": lambda: prefix_tree.node_history(store, node, window),
+        "node_details": lambda: prefix_tree.node_details(store, node, window),
         "has_token_ids": lambda: prefix_tree.has_token_ids(store),
-        "prefix_token_ids (5)": lambda: prefix_tree.prefix_token_ids(
-            store, [prefix_tree.chain_to(hot, block) for block in hottest["block_hash"]]
+        "token ids (1,000 blocks, 5 prefixes)": lambda: prefix_tree.chain_token_ids(
+            prefix_tree.block_token_ids(store, hot["block_hash"]),
+            [prefix_tree.chain_to(hot, block) for block in hottest["block_hash"]],
         ),
     }
 

@@ -225,12 +225,17 @@ def test_prefix_tree_selection_shows_that_block() -> None:
     )
     assert block_id.startswith(block)
     with RunFile.open(SAMPLE_RUN) as run_file:
-        summary = prefix_tree.node_summary(
+        summary = prefix_tree.node_details(
             run_file, int(block_id, 16), time_grid(run_file).whole_run()
-        )
+        ).summary
+        hits, evictions = run_file.rows(
+            "SELECT count(*) FILTER (WHERE kind = 'hit'), count(*) FILTER (WHERE kind = 'evict') "
+            "FROM events WHERE block_hash = $hash",
+            {"hash": int(block_id, 16)},
+        )[0]
     shown = metrics(app)
-    assert shown["Hits"] == f"{summary['hits']:,}"
-    assert shown["Times evicted"] == f"{summary['evictions']:,}"
+    assert shown["Hits"] == f"{hits:,}" == f"{summary['hits']:,}"
+    assert shown["Times evicted"] == f"{evictions:,}" == f"{summary['evictions']:,}"
     assert shown["Times re-stored"] == f"{summary['restores']:,}"
     history = next(table.value for table in app.dataframe if "kind" in table.value)
     assert (history["kind"] == "hit").sum() == summary["hits"]

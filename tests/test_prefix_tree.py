@@ -89,7 +89,8 @@ def test_merge_unbranched_keeps_branches_and_uneven_hits() -> None:
 def test_node_summary_and_history(run_file: RunFile) -> None:
     hashes = stored_hashes(run_file)
     whole = time_grid(run_file).whole_run()
-    assert prefix_tree.node_summary(run_file, hashes["A1"], whole) == {
+    details = prefix_tree.node_details(run_file, hashes["A1"], whole)
+    assert details.summary == {
         "hits": 2,
         "stores": 1,
         "restores": 0,
@@ -104,13 +105,13 @@ def test_node_summary_and_history(run_file: RunFile) -> None:
         "first_stored_by": "a0",
         "cached_s": 0.03,
     }
-    evicted = prefix_tree.node_summary(run_file, hashes["B3"], whole)
+    evicted = prefix_tree.node_details(run_file, hashes["B3"], whole).summary
     assert (evicted["evictions"], evicted["cached_s"], evicted["parent_hash"]) == (
         1,
         0.02,
         f"{hashes['A2']:016x}",
     )
-    history = prefix_tree.node_history(run_file, hashes["A1"], whole)
+    history = details.history
     assert history.to_dict("records") == [
         {"t_s": 0.0, "kind": "store", "request_id": "a0", "tenant": "a", "lora": None,
          "block_id": 1},
@@ -119,10 +120,13 @@ def test_node_summary_and_history(run_file: RunFile) -> None:
         {"t_s": 0.02, "kind": "hit", "request_id": "a1", "tenant": "a", "lora": None,
          "block_id": 1},
     ]  # fmt: skip
+    cut = prefix_tree.node_details(run_file, hashes["A1"], whole, history_rows=2)
+    assert cut.history.to_dict("records") == history.to_dict("records")[:2]
+    assert cut.summary == details.summary  # the summary counts every row, not the first 2
     late = time_grid(run_file).buckets(300, 600)
-    assert prefix_tree.node_summary(run_file, hashes["A1"], late)["requests"] == 1
+    assert prefix_tree.node_details(run_file, hashes["A1"], late).summary["requests"] == 1
     with pytest.raises(LookupError, match="not in this run"):
-        prefix_tree.node_summary(run_file, 12345, whole)
+        prefix_tree.node_details(run_file, 12345, whole)
 
 
 def test_prefix_token_ids(run_file: RunFile) -> None:
@@ -133,7 +137,9 @@ def test_prefix_token_ids(run_file: RunFile) -> None:
         [names["A1"], names["C2"]],
         [names["A1"], "00000000000000ff"],  # no such block
     ]
-    assert prefix_tree.prefix_token_ids(run_file, chains) == [
+    tokens = prefix_tree.block_token_ids(run_file, {block for chain in chains for block in chain})
+    assert set(tokens) == {names["A1"], names["A2"], names["C2"]}
+    assert prefix_tree.chain_token_ids(tokens, chains) == [
         list(range(1, 9)),
         [1, 2, 3, 4, 21, 22, 23, 24],
         None,

@@ -9,8 +9,11 @@ position, therefore always include every ancestor of every block they include.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from collector.model.time_window import TimeWindow
@@ -122,27 +125,38 @@ def chain_to(nodes: pd.DataFrame, block: str) -> list[str]:
     return chain[::-1]
 
 
-def node_summary(run: RunFile, block_hash: int, window: TimeWindow) -> dict[str, Any]:
-    """One block hash in the window: hits, stores, re-stores (stores after its first ever),
-    evictions, requests that hit or stored it, first and last use; and from the whole run:
-    position, parent, who first stored it, time cached."""
+@dataclass(frozen=True)
+class NodeDetails:
+    """One block hash in a window: its figures (`summary`) and its first hits, stores and
+    evictions (`history`)."""
+
+    summary: dict[str, Any]
+    history: pd.DataFrame
+
+
+def node_details(
+    run: RunFile, block_hash: int, window: TimeWindow, history_rows: int = 500
+) -> NodeDetails:
+    """One block hash in the window, from one scan of its events.
+
+    The summary: hits, stores, re-stores (stores after its first ever), evictions, requests
+    that hit or stored it, first and last use; and from the whole run: position, parent,
+    who first stored it, time cached. The history: its first `history_rows` hits, stores and
+    evictions, with the request behind each (for an eviction: the request that took the
+    block) and its tenant."""
+    used = run.frame(
+        """
+        SELECT ts_ns, CAST(kind AS VARCHAR) AS kind, request_id, block_id
+        FROM events
+        WHERE block_hash = $hash AND kind IN ('hit', 'store', 'evict')
+            AND ts_ns >= $start AND ts_ns < $end
+        ORDER BY seq, pos
+        """,
+        {"hash": block_hash, "start": window.start_ns, "end": window.end_ns},
+    )
     row = run.record(
         """
-        WITH used AS (
-            SELECT
-                count(*) FILTER (WHERE kind = 'hit') AS hits,
-                count(*) FILTER (WHERE kind = 'store') AS stores,
-                count(*) FILTER (WHERE kind = 'evict') AS evictions,
-                count(DISTINCT request_id) FILTER (WHERE kind IN ('hit', 'store')) AS requests,
-                (min(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
-                    AS first_use_s,
-                (max(ts_ns) FILTER (WHERE kind IN ('hit', 'store')) - $origin) / 1e9
-                    AS last_use_s
-            FROM events
-            WHERE block_hash = $hash AND kind IN ('hit', 'store', 'evict')
-                AND ts_ns >= $start AND ts_ns < $end
-        ),
-        restored AS (
+        WITH restored AS (
             SELECT count(*) FILTER (WHERE stored_ns >= $start AND stored_ns < $end
                 AND store_seq > first_store_seq) AS restores
             FROM (
@@ -150,56 +164,50 @@ def node_summary(run: RunFile, block_hash: int, window: TimeWindow) -> dict[str,
                 FROM cache_lifetimes WHERE block_hash = $hash
             )
         )
-        SELECT
-            used.hits, used.stores, restored.restores, used.evictions, used.requests,
-            used.first_use_s, used.last_use_s,
-            prefix_blocks.block_position,
-            prefix_blocks.parent_hash,
-            prefix_blocks.tenant,
-            prefix_blocks.lora,
-            prefix_blocks.first_stored_by,
+        SELECT restored.restores, prefix_blocks.block_position, prefix_blocks.parent_hash,
+            prefix_blocks.tenant, prefix_blocks.lora, prefix_blocks.first_stored_by,
             prefix_blocks.cached_ns / 1e9 AS cached_s
-        FROM prefix_blocks, used, restored
+        FROM prefix_blocks, restored
         WHERE prefix_blocks.block_hash = $hash
         """,
-        {
-            "hash": block_hash,
-            "start": window.start_ns,
-            "end": window.end_ns,
-            "origin": window.run_start_ns,
-        },
+        {"hash": block_hash, "start": window.start_ns, "end": window.end_ns},
     )
     if row is None:
         raise LookupError(f"block hash {block_hash:016x} is not in this run")
-    summary = row
+    kinds = used["kind"]
+    touched = used[kinds != "evict"]
+
+    def seconds(ts_ns: Any) -> float | None:
+        return None if pd.isna(ts_ns) else (int(ts_ns) - window.run_start_ns) / 1e9
+
+    summary = {
+        "hits": int((kinds == "hit").sum()),
+        "stores": int((kinds == "store").sum()),
+        "restores": row["restores"],
+        "evictions": int((kinds == "evict").sum()),
+        "requests": int(touched["request_id"].nunique()),
+        "first_use_s": seconds(touched["ts_ns"].min()),
+        "last_use_s": seconds(touched["ts_ns"].max()),
+        **{key: value for key, value in row.items() if key != "restores"},
+    }
     summary["parent_hash"] = hash_hex(summary["parent_hash"])
-    return summary
+    return NodeDetails(summary, _history(run, used.head(history_rows), window.run_start_ns))
 
 
-def node_history(
-    run: RunFile, block_hash: int, window: TimeWindow, limit: int = 500
-) -> pd.DataFrame:
-    """The first `limit` hits, stores and evictions of one block hash in the window, with the
-    request behind each (for an eviction: the request that took the block) and its tenant."""
-    return run.frame(
+def _history(run: RunFile, used: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+    """`used` rows with their times from the run's start and their requests' tenants."""
+    owners = run.frame(
         """
-        SELECT (events.ts_ns - $origin) / 1e9 AS t_s, CAST(events.kind AS VARCHAR) AS kind,
-            events.request_id, requests.tenant, requests.lora, events.block_id
-        FROM events
-        LEFT JOIN requests USING (request_id)
-        WHERE events.block_hash = $hash AND events.kind IN ('hit', 'store', 'evict')
-            AND events.ts_ns >= $start AND events.ts_ns < $end
-        ORDER BY events.seq, events.pos
-        LIMIT $limit
+        SELECT request_id, tenant, lora FROM requests
+        WHERE request_id IN (SELECT unnest($ids))
         """,
-        {
-            "hash": block_hash,
-            "start": window.start_ns,
-            "end": window.end_ns,
-            "origin": window.run_start_ns,
-            "limit": limit,
-        },
+        {"ids": sorted(set(used["request_id"].dropna()))},
     )
+    history = used.assign(t_s=(used["ts_ns"] - origin_ns) / 1e9).merge(
+        owners, on="request_id", how="left"
+    )
+    columns = ["t_s", "kind", "request_id", "tenant", "lora", "block_id"]
+    return history[columns].astype({"tenant": object, "lora": object}).replace({np.nan: None})
 
 
 def has_token_ids(run: RunFile) -> bool:
@@ -208,10 +216,9 @@ def has_token_ids(run: RunFile) -> bool:
     return bool(row and row[0])
 
 
-def prefix_token_ids(run: RunFile, chains: list[list[str]]) -> list[list[int] | None]:
-    """The token ids of each chain of block ids (hex, root first), read in one pass; None
-    for a chain with a block whose tokens were not recorded."""
-    wanted = sorted({block for chain in chains for block in chain})
+def block_token_ids(run: RunFile, blocks: Iterable[str]) -> dict[str, list[int]]:
+    """The recorded token ids of each of `blocks` (ids as hex), read in one pass; a block
+    whose tokens were not recorded is left out."""
     rows = run.rows(
         """
         SELECT block_hash, any_value(token_ids) AS token_ids
@@ -219,9 +226,16 @@ def prefix_token_ids(run: RunFile, chains: list[list[str]]) -> list[list[int] | 
         WHERE block_hash IN (SELECT CAST(unnest($hashes) AS UBIGINT))
         GROUP BY block_hash
         """,
-        {"hashes": [str(int(block, 16)) for block in wanted]},
+        {"hashes": sorted({str(int(block, 16)) for block in blocks})},
     )
-    tokens = {hash_hex(block_hash): list(token_ids) for block_hash, token_ids in rows}
+    return {hash_hex(block_hash): list(token_ids) for block_hash, token_ids in rows}
+
+
+def chain_token_ids(
+    tokens: dict[str, list[int]], chains: list[list[str]]
+) -> list[list[int] | None]:
+    """The token ids of each chain of block ids (hex, root first) from `block_token_ids`;
+    None for a chain with a block whose tokens are not there."""
     return [
         [token for block in chain for token in tokens[block]]
         if all(block in tokens for block in chain)

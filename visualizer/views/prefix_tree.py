@@ -57,7 +57,11 @@ def render() -> None:
         st.info("No block was hit in this time range.")
         return
     drawn = prefix_tree.merge_unbranched(blocks) if merge else prefix_tree.single_blocks(blocks)
-    texts = _node_texts(run, blocks, drawn, tokenizer)
+    # The tree holds every ancestor of its blocks: one read covers every text shown below.
+    block_tokens = (
+        prefix_tree.block_token_ids(run, blocks["block_hash"]) if tokenizer is not None else {}
+    )
+    texts = _node_texts(block_tokens, blocks, drawn, tokenizer)
     show_chart(
         prefix_tree_figure(
             drawn, color_by, block_size, texts, zoom_to=st.session_state.get(NODE_KEY)
@@ -72,7 +76,7 @@ def render() -> None:
         _node_details(run, window, drawn[drawn["block_hash"] == chosen].iloc[0], block_size)
     else:
         st.caption("Pick a block above, or click one in the tree, for its history.")
-    _hottest_prefixes(run, blocks, drawn, block_size, tokenizer)
+    _hottest_prefixes(block_tokens, blocks, drawn, block_size, tokenizer)
 
 
 def _tokenizer_input(run: RunFile) -> token_text.TextTokenizer | None:
@@ -103,7 +107,7 @@ def _tokenizer_input(run: RunFile) -> token_text.TextTokenizer | None:
 
 
 def _node_texts(
-    run: RunFile,
+    block_tokens: dict[str, list[int]],
     blocks: pd.DataFrame,
     drawn: pd.DataFrame,
     tokenizer: token_text.TextTokenizer | None,
@@ -116,7 +120,8 @@ def _node_texts(
         for block, count in zip(drawn["block_hash"], drawn["blocks"], strict=True)
     ]
     return [
-        tokenizer.decode(ids) if ids else None for ids in prefix_tree.prefix_token_ids(run, spans)
+        tokenizer.decode(ids) if ids else None
+        for ids in prefix_tree.chain_token_ids(block_tokens, spans)
     ]
 
 
@@ -158,7 +163,8 @@ def _node_picker(drawn: pd.DataFrame, texts: list[str | None] | None) -> str:
 
 def _node_details(run: RunFile, window: TimeWindow, node: pd.Series, block_size: int) -> None:
     block = str(node["block_hash"])
-    summary = prefix_tree.node_summary(run, int(block, 16), window)
+    details = prefix_tree.node_details(run, int(block, 16), window, HISTORY_ROWS)
+    summary = details.summary
     tenant, lora = (nickname(summary[key]) if summary[key] else None for key in ("tenant", "lora"))
     st.subheader(f"Block {block}")
     st.caption(
@@ -178,7 +184,7 @@ def _node_details(run: RunFile, window: TimeWindow, node: pd.Series, block_size:
             "Last use": _seconds(summary["last_use_s"]),
         }
     )
-    history = prefix_tree.node_history(run, int(block, 16), window, HISTORY_ROWS)
+    history = details.history
     st.dataframe(history, hide_index=True, key="prefix_tree_history")
     if len(history) == HISTORY_ROWS:
         st.caption(f"The first {HISTORY_ROWS} hits, stores and evictions in the range.")
@@ -189,7 +195,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _hottest_prefixes(
-    run: RunFile,
+    block_tokens: dict[str, list[int]],
     blocks: pd.DataFrame,
     drawn: pd.DataFrame,
     block_size: int,
@@ -208,7 +214,7 @@ def _hottest_prefixes(
         )
         return
     chains = [prefix_tree.chain_to(blocks, block) for block in hottest["block_hash"]]
-    prefixes = prefix_tree.prefix_token_ids(run, chains)
+    prefixes = prefix_tree.chain_token_ids(block_tokens, chains)
     for block, position, hits, ids in zip(
         hottest["block_hash"], hottest["block_position"], hottest["hits"], prefixes, strict=True
     ):
