@@ -23,6 +23,7 @@ replay), over the whole run and over its middle 80 %, the coldest of --rounds ro
 live refresh of a copy of the run resumed as a restarted collector resumes it, part by part.
 
     python benchmarks/large_run.py [--copies 100] [--engines 4] [--stack 10] [--rounds 2]
+        [--build-only | --pages-only]
 """
 
 from __future__ import annotations
@@ -249,6 +250,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/kvscope-bench"))
     parser.add_argument("--build-only", action="store_true", help="build the run and stop")
+    parser.add_argument(
+        "--pages-only", action="store_true", help="time the pages and stop (no live refresh)"
+    )
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     fleet = build_fleet(args.cache, args.copies, args.engines)
@@ -261,6 +265,8 @@ def main() -> None:
     time_pages(store, second, args.rounds, lambda window: more_page_calls(store, run, window))
     store.close()
     second.close()
+    if args.pages_only:
+        return
     live_refresh(run, rounds=1)
     replay_pages(store_path=run)
 
