@@ -178,9 +178,9 @@ def test_the_scheduler_does_not_check_a_fleet(tmp_path: Path) -> None:
     with RunFile.open(run) as run_file:
         reason = reason_to_skip(RunContext(run_file, run))
     assert reason == (
-        f"{NOT_CHECKED}: this run has 2 engines, and the replay through vLLM's Scheduler "
-        "models one (a fleet replay takes the sequential timing only); the figures are each "
-        "engine's one-pass curve, summed"
+        f"{NOT_CHECKED}: this run has 2 engines, and the advisor replays one engine's "
+        "Scheduler (`kvscope whatif RUN --engines N --timing scheduler` replays N engines); "
+        "the figures are each engine's one-pass curve, summed"
     )
     status, _, (suggestion,) = judge(run, "cache-size")
     assert status == "fired"

@@ -12,14 +12,20 @@ from collector.cli import main
 from collector.queries.pool import eviction_regret_summary, low_free_periods
 from collector.queries.summary import run_summary
 from collector.store.run_file import RunFile
-from tests.support.fleet import BLOCK_SIZE, family_trace
+from tests.support.fleet import BLOCK_SIZE, ORDER, family_trace
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
 
-def replay_json(directory: Path, capsys: pytest.CaptureFixture[str], *options: str) -> Any:
+def replay_json(
+    directory: Path,
+    capsys: pytest.CaptureFixture[str],
+    *options: str,
+    trace_rows: list[dict[str, Any]] | None = None,
+) -> Any:
     trace = directory / "trace.jsonl"
-    trace.write_text("".join(json.dumps(row) + "\n" for row in family_trace()))
+    rows = trace_rows or family_trace()
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = directory / f"run{len(list(directory.iterdir()))}.duckdb"
     argv = ["replay", str(trace), "--out", str(out), "--block-size", str(BLOCK_SIZE)]
     argv += ["--num-blocks", "20", "--timing", "sequential", "--json", "--quiet", *options]
@@ -47,6 +53,8 @@ def duplicated_blocks(out: Path) -> int:
     assert row is not None
     return int(row[0])
 
+
+ORDER_IDS = [f"{family}{number}" for number, family in enumerate(ORDER)]
 
 # No evictions (20 blocks an engine; an engine caches at most 4 prefix + 4 own blocks).
 # round-robin: engine-0 gets A0 B2 A4 B6, engine-1 A1 B3 A5 B7: each family misses once on
@@ -114,10 +122,15 @@ def test_one_engine_is_the_plain_replay(tmp_path: Path, capsys: pytest.CaptureFi
     assert fleet == plain
 
 
-def share_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[Path]:
+def share_runs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    timing: str = "sequential",
+    trace: list[dict[str, Any]] | None = None,
+) -> list[Path]:
     """Each round-robin engine's share of the trace (every other request), replayed alone
     with the fleet's settings."""
-    trace, runs = family_trace(), []
+    trace, runs = trace or family_trace(), []
     for number in range(2):
         share = tmp_path / f"share{number}"
         share.mkdir()
@@ -125,7 +138,7 @@ def share_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[Path]
             "".join(json.dumps(row) + "\n" for row in trace[number::2])
         )
         argv = ["replay", str(share / "trace.jsonl"), "--out", str(share / "run.duckdb")]
-        argv += ["--block-size", "4", "--num-blocks", "6", "--timing", "sequential", "--json"]
+        argv += ["--block-size", "4", "--num-blocks", "6", "--timing", timing, "--json"]
         assert main([*argv, "--quiet"]) == 0
         capsys.readouterr()
         runs.append(share / "run.duckdb")
@@ -141,6 +154,72 @@ def test_each_round_robin_engine_replays_as_a_plain_replay_of_its_share(
     ):
         with RunFile.open(run) as run_file:
             assert run_summary(run_file)["hit_tokens"] == hit_tokens
+
+
+# The scheduler timing: each engine a vLLM Scheduler of its own, on one clock; a router reads
+# an engine's load as the requests it is serving (waiting and running) at the arrival.
+# Arrivals 100 ms apart: every request is done before the next arrives, so every load is 0.
+# Round-robin places and hits as in the sequential timing. Prefix-affinity sends A0 to
+# engine-0 (a tie: the lowest index) and every later request either hits there or ties
+# again: all 8 on engine-0, hitting 6 x 8 tokens; least-loaded, always tied, does the same.
+SPACED = {
+    "round-robin": EXPECTED["round-robin"][0],
+    "prefix-affinity": {"engine-0": (list(ORDER_IDS), 48)},
+    "least-loaded": {"engine-0": (list(ORDER_IDS), 48)},
+}
+
+
+@pytest.mark.parametrize("router", sorted(SPACED))
+def test_under_the_scheduler_each_router_places_as_worked_out_by_hand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], router: str
+) -> None:
+    options = ("--engines", "2", "--router", router, "--timing", "scheduler")
+    out, figures = replay_json(tmp_path, capsys, *options)
+    assert per_engine(out) == SPACED[router]
+    hit_tokens = sum(hits for _, hits in SPACED[router].values())
+    assert (figures["hit_tokens"], figures["vllm_prefix_cache_hits"]) == (hit_tokens, hit_tokens)
+    with RunFile.open(out) as run_file:
+        assert run_file.rows("SELECT timing FROM runs") == [("scheduler",)]
+    if router == "prefix-affinity":  # the fleet's gain, measured both ways
+        _, round_robin = replay_json(tmp_path, capsys, *options[:2], "--timing", "scheduler")
+        assert figures["token_hit_ratio"] == 0.5 > round_robin["token_hit_ratio"] == 32 / 96
+
+
+def burst() -> list[dict[str, Any]]:
+    """The family trace, every request arriving at once."""
+    return [{**row, "timestamp": 0} for row in family_trace()]
+
+
+def test_in_a_burst_nothing_is_cached_yet_so_prefix_affinity_places_by_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # All 8 arrive before the first step: no engine caches anything when each is routed, and
+    # each goes to the engine serving fewest (ties: the lowest index), alternately.
+    options = ("--engines", "2", "--timing", "scheduler")
+    out, _ = replay_json(
+        tmp_path, capsys, *options, "--router", "prefix-affinity", trace_rows=burst()
+    )
+    placed = {engine: names for engine, (names, _) in per_engine(out).items()}
+    assert placed == {engine: names for engine, (names, _) in EXPECTED["round-robin"][0].items()}
+
+
+def test_under_the_scheduler_each_engine_replays_as_a_plain_replay_of_its_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One clock, but each engine's scheduler sees only its own requests: a burst into a
+    # 6-block pool (batched prefills, evictions) gives each engine what its share gives alone.
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    options = ("--engines", "2", "--num-blocks", "6", "--timing", "scheduler")
+    out, _ = replay_json(fleet, capsys, *options, trace_rows=burst())
+    alone = share_runs(tmp_path, capsys, "scheduler", burst())
+    for run, (_, hit_tokens) in zip(alone, per_engine(out).values(), strict=True):
+        with RunFile.open(run) as run_file:
+            assert run_summary(run_file)["hit_tokens"] == hit_tokens
+    assert figures(out) == pytest.approx(
+        [first + second for first, second in zip(*map(figures, alone), strict=True)]
+    )
+    assert figures(out)[1] > 0  # evictions: the pools ran full
 
 
 def figures(run: Path) -> list[float]:
@@ -173,7 +252,10 @@ def test_a_fleets_figures_are_its_engines_summed(
     ("options", "message"),
     [
         (["--engines", "0"], "--engines must be at least 1, got 0"),
-        (["--engines", "2"], "a fleet replay (--engines 2) takes --timing sequential"),
+        (
+            ["--engines", "2", "--timing", "timestamps"],
+            "a fleet replay (--engines 2) takes --timing sequential or scheduler, not",
+        ),
         (["--engines", "2", "--timing", "sequential", "--cpu-tier-blocks", "8"], "no CPU tier"),
         (["--router", "random"], "argument --router: invalid choice: 'random'"),
     ],

@@ -260,14 +260,14 @@ def test_fleets_are_an_axis_named_only_above_one_engine() -> None:
     assert points[1].run_name == "bs16-blocks300-seqs1-engines4-prefix-affinity.duckdb"
 
 
-def test_a_fleet_sweep_takes_the_sequential_timing(
+def test_a_fleet_sweep_takes_the_sequential_or_the_scheduler_timing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "sweep"
     argv = ["whatif", str(SAMPLE_TRACE), "--out", str(out), "--engines", "2", "--quiet"]
-    assert main(argv) == 2
+    assert main([*argv, "--timing", "timestamps"]) == 2
     error = capsys.readouterr().err
-    assert "a fleet replay (--engines 2) takes --timing sequential for now" in error
+    assert "a fleet replay (--engines 2) takes --timing sequential or scheduler" in error
     assert not out.exists()
 
 

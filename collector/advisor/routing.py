@@ -3,9 +3,11 @@
 A run that recorded its prompts and ran on more than one engine (engine id x DP rank) is
 replayed as a fleet of as many engines, each with the run's pool, once behind a round-robin
 router and once behind a prefix-affinity one (collector/replay/fleet.py), one request at a
-time: the only timing a fleet replay takes. The rule fires when prefix-affinity wins at least
-MIN_ROUTING_GAIN of token hit ratio; its evidence shows the load each router puts on the
-busiest engine, since sending a family to the engine that holds it can pile load there.
+time (the sequential timing; `kvscope whatif RUN --engines N --timing scheduler` replays N
+engines through vLLM's Scheduler at the run's arrival times). The rule fires when
+prefix-affinity wins at least MIN_ROUTING_GAIN of token hit ratio; its evidence shows the
+load each router puts on the busiest engine, since sending a family to the engine that holds
+it can pile load there.
 Each replay writes a run file into a temporary folder, removed after.
 """
 

@@ -5,7 +5,8 @@ estimate for one whose requests overlapped. Such a run, when it recorded its pro
 replayed again through vLLM's Scheduler (`--timing scheduler`) at its own arrival times and
 with its own scheduler settings, once per pool size asked; the replays' token hit ratios
 replace the curve's. Each replay writes a run file into a temporary folder, removed after.
-A fleet's requests are not replayed so: the replay runs one engine, the fleet has several.
+A fleet's requests are not replayed so here: the check replays one engine (`kvscope whatif
+--engines N --timing scheduler` replays N engines through the Scheduler).
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKE
         return "the one-pass curve is exact for this run, which ran one request at a time"
     if context.num_engines > 1:
         return (
-            f"{NOT_CHECKED}: this run has {context.num_engines} engines, and the replay "
-            "through vLLM's Scheduler models one (a fleet replay takes the sequential timing "
-            "only); the figures are each engine's one-pass curve, summed"
+            f"{NOT_CHECKED}: this run has {context.num_engines} engines, and the advisor "
+            "replays one engine's Scheduler (`kvscope whatif RUN --engines N --timing "
+            "scheduler` replays N engines); the figures are each engine's one-pass curve, summed"
         )
     if not context.has_token_ids:
         return (

@@ -104,7 +104,7 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         help="replay across this many engines, each with its own pool of --num-blocks, behind "
-        "--router; above 1 it takes --timing sequential (1)",
+        "--router; above 1 it takes --timing sequential or scheduler (1)",
     )
     parser.add_argument(
         "--router",

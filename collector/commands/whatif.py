@@ -77,7 +77,7 @@ def register(commands: Any) -> None:
         "--engines",
         type=lambda text: number_list(int, text),
         help="fleets of this many engines, each with a pool of --num-blocks, a comma-separated "
-        "list (default: the run's, else 1); above 1 they take --timing sequential",
+        "list (default: the run's, else 1); above 1 they take --timing sequential or scheduler",
     )
     parser.add_argument(
         "--routers",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,17 @@ def make_kv_cache_manager(
         log_stats=log_stats,
         enable_kv_cache_events=kv_events,
     )
+
+
+def cached_prefix_blocks(manager: KVCacheManager, block_hashes: Sequence[BlockHash]) -> int:
+    """How many of `block_hashes`, from the first, `manager`'s prefix cache holds right now,
+    read from its block pool hash by hash to the first miss (`BlockPool.get_cached_block`:
+    unlike `get_computed_blocks`, it counts no prefix-cache query)."""
+    group_ids = list(range(manager.num_kv_cache_groups))
+    for count, block_hash in enumerate(block_hashes):
+        if manager.block_pool.get_cached_block(block_hash, group_ids) is None:
+            return count
+    return len(block_hashes)
 
 
 def kv_cache_config(settings: CacheSettings) -> KVCacheConfig:

@@ -9,12 +9,15 @@ The router assigns each request, at its arrival, to one engine:
   scorer ranks engines this way, from their KV events. Ties, no hit anywhere included, go
   to the least loaded of the tied engines.
 - least-loaded: to the least loaded engine.
-An engine's load is the requests it has been routed so far: each engine serves its own
-requests one at a time in arrival order (the sequential timing, `Simulator.run_sequential`),
-the whole request at its trace time, so none is ever unfinished when the next arrives.
-Least-loaded thus balances the requests routed (in this timing it routes as round-robin
-does), and prefix-affinity sends a prefix no engine holds to the engine routed fewest.
-Load ties go to the lowest index.
+An engine's load depends on the timing. In the sequential timing (`Fleet` below) each engine
+serves its own requests one at a time in arrival order (`Simulator.run_sequential`), the
+whole request at its trace time, so none is ever unfinished when the next arrives: its load
+is the requests routed to it so far. Least-loaded thus balances the requests routed (in this
+timing it routes as round-robin does), and prefix-affinity sends a prefix no engine holds to
+the engine routed fewest. In the scheduler timing each engine is a vLLM Scheduler of its own,
+all on one clock (`run_engines` in scheduler_replay.py): its load is the requests it is
+serving when the request arrives, waiting and running, as a router reading each engine's
+queue sees them. Load ties go to the lowest index.
 
 Each engine's records carry engine_id `engine-{i}` and DP rank 0, and are numbered by its
 own hooks, as a live collector names and numbers the streams of N engines.
@@ -24,9 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from collector.replay.block_manager import CacheSettings, make_kv_cache_manager
+from collector.replay.block_manager import (
+    CacheSettings,
+    cached_prefix_blocks,
+    make_kv_cache_manager,
+)
 from collector.replay.simulator import Simulator, VirtualClock, vllm_request
 from collector.replay.traces import TraceRequest
 from engine_hooks.buffer import EventBuffer
@@ -43,6 +50,38 @@ ROUTERS = ("round-robin", "prefix-affinity", "least-loaded")
 MakeHooks = Callable[[Any, EventBuffer], KVCacheHooks]
 
 
+class Routable(Protocol):
+    """What a router reads of an engine: its load and its prefix cache."""
+
+    @property
+    def load(self) -> int: ...
+
+    def cached_prefix_blocks(self, block_hashes: Sequence[BlockHash]) -> int: ...
+
+
+class Router:
+    """Picks the engine a request goes to, at its arrival (see above)."""
+
+    def __init__(self, name: str, block_hasher: BlockHasher) -> None:
+        self.name = name
+        self.block_hasher = block_hasher
+
+    def pick(self, engines: Sequence[Routable], trace_request: TraceRequest, index: int) -> int:
+        """The index of the engine request number `index` (in arrival order) goes to."""
+        numbers = range(len(engines))
+        if self.name == "round-robin":
+            return index % len(engines)
+        if self.name == "least-loaded":
+            return min(numbers, key=lambda number: engines[number].load)
+        block_hashes = vllm_request(trace_request, self.block_hasher).block_hashes
+
+        def rank(number: int) -> tuple[int, int]:
+            engine = engines[number]
+            return -engine.cached_prefix_blocks(block_hashes), engine.load
+
+        return min(numbers, key=rank)  # min keeps the first of equals: the lowest index
+
+
 @dataclass
 class FleetEngine:
     """One engine of the fleet: its name, its replay (manager and hooks), its load."""
@@ -51,14 +90,14 @@ class FleetEngine:
     simulator: Simulator
     num_routed: int = 0
 
+    @property
+    def load(self) -> int:
+        """The requests routed to it so far (in this timing, none is ever unfinished)."""
+        return self.num_routed
+
     def cached_prefix_blocks(self, block_hashes: Sequence[BlockHash]) -> int:
         """How many of `block_hashes`, from the first, this engine's prefix cache holds."""
-        manager = self.simulator.manager
-        group_ids = list(range(manager.num_kv_cache_groups))
-        for count, block_hash in enumerate(block_hashes):
-            if manager.block_pool.get_cached_block(block_hash, group_ids) is None:
-                return count
-        return len(block_hashes)
+        return cached_prefix_blocks(self.simulator.manager, block_hashes)
 
 
 class Fleet:
@@ -66,27 +105,13 @@ class Fleet:
 
     def __init__(self, engines: list[FleetEngine], router: str, block_hasher: BlockHasher):
         self.engines = engines
-        self.router = router
-        self.block_hasher = block_hasher
+        self.router = Router(router, block_hasher)
 
     def route(self, trace_request: TraceRequest, index: int) -> FleetEngine:
         """The engine request number `index` (in arrival order) goes to, counted as routed."""
-        if self.router == "round-robin":
-            engine = self.engines[index % len(self.engines)]
-        elif self.router == "least-loaded":
-            engine = min(self.engines, key=_load)
-        else:
-            engine = self._by_prefix(trace_request)
+        engine = self.engines[self.router.pick(self.engines, trace_request, index)]
         engine.num_routed += 1
         return engine
-
-    def _by_prefix(self, trace_request: TraceRequest) -> FleetEngine:
-        block_hashes = vllm_request(trace_request, self.block_hasher).block_hashes
-
-        def rank(engine: FleetEngine) -> tuple[int, int]:
-            return -engine.cached_prefix_blocks(block_hashes), _load(engine)
-
-        return min(self.engines, key=rank)  # min keeps the first of equals: the lowest index
 
     def run_sequential(self, trace: list[TraceRequest], progress: Callable[[int], None]) -> None:
         """Route each request at its arrival and serve it whole on its engine."""
@@ -129,16 +154,18 @@ def make_fleet(
         manager = make_kv_cache_manager(settings)
         buffer = EventBuffer()
         hooks = make_hooks(manager, buffer).attach()
-        drain = _drain(buffer, engine_id, append)
+        drain = engine_drain(buffer, engine_id, append)
         engines.append(
             FleetEngine(engine_id, Simulator(manager, hooks, clock, block_hasher, drain))
         )
     return Fleet(engines, router, block_hasher)
 
 
-def _drain(
+def engine_drain(
     buffer: EventBuffer, engine_id: str, append: Callable[[list[Event]], object]
 ) -> Callable[[], None]:
+    """What drains `buffer` into `append` after each step, naming its records' engine."""
+
     def drain() -> None:
         records = buffer.take()
         for record in records:
@@ -146,7 +173,3 @@ def _drain(
         append(records)
 
     return drain
-
-
-def _load(engine: FleetEngine) -> int:
-    return engine.num_routed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ from collector.replay.block_manager import (
     require_vllm,
 )
 from collector.replay.cpu_tier import CpuTier
-from collector.replay.fleet import ROUTERS, MakeHooks, make_fleet
+from collector.replay.fleet import ROUTERS, MakeHooks, Router, engine_drain, make_fleet
 from collector.replay.scheduler_replay import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     SchedulerLimits,
     SchedulerReplay,
     TierSettings,
+    run_engines,
 )
 from collector.replay.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
 from collector.replay.tier_events import TierEvents
@@ -89,10 +91,10 @@ class ReplayOptions:
             raise ValueError(f"unknown --router {self.router!r}; use one of {ROUTERS}")
         if self.engines == 1:
             return
-        if self.timing != "sequential":
+        if self.timing not in ("sequential", "scheduler"):
             raise ValueError(
-                f"a fleet replay (--engines {self.engines}) takes --timing sequential for now, "
-                f"not {self.timing!r}"
+                f"a fleet replay (--engines {self.engines}) takes --timing sequential or "
+                f"scheduler, not {self.timing!r}"
             )
         if self.cpu_tier_blocks:
             raise ValueError("a fleet replay (--engines above 1) takes no CPU tier for now")
@@ -160,7 +162,6 @@ def replay_into(
     progress: Callable[[int], None],
 ) -> None:
     """Replay with hooks attached, streaming records into `store`."""
-    settings = options.settings
     clock = VirtualClock()
     buffer = EventBuffer()
     made: list[KVCacheHooks] = []
@@ -181,29 +182,20 @@ def replay_into(
         store.append(buffer.take())
 
     vllm_prefix_cache: tuple[int, int] | None
-    if options.engines > 1:
+    if options.timing == "scheduler":
+        vllm_prefix_cache = _replay_schedulers(
+            store,
+            requests,
+            options,
+            clock=clock,
+            one_engine=(buffer, drain),
+            make_hooks=make_hooks,
+            progress=progress,
+        )
+    elif options.engines > 1:
         vllm_prefix_cache = _replay_fleet(
             store, requests, options, clock=clock, make_hooks=make_hooks, progress=progress
         )
-    elif options.timing == "scheduler":
-        replay = SchedulerReplay(
-            settings,
-            SchedulerLimits(
-                options.max_num_seqs, options.max_num_batched_tokens, options.max_loras
-            ),
-            step_model=options.step_model,
-            block_hasher=make_block_hasher(settings),
-            clock=clock,
-            on_step=drain,
-            tier=TierSettings(options.cpu_tier_blocks, options.cpu_tier_policy)
-            if options.cpu_tier_blocks
-            else None,
-            tier_events=TierEvents(store, settings.block_size) if options.cpu_tier_blocks else None,
-        )
-        replay.run(
-            requests, progress, hooks=lambda scheduler: make_hooks(scheduler.kv_cache_manager)
-        )
-        vllm_prefix_cache = (replay.prefix_cache_queries, replay.prefix_cache_hits)
     else:
         vllm_prefix_cache = _simulate(
             store,
@@ -218,6 +210,62 @@ def replay_into(
     if lost:
         raise RuntimeError(f"replay lost {lost} records; this is a kvscope bug")
     store.finalize(vllm_prefix_cache=vllm_prefix_cache)
+
+
+def _replay_schedulers(
+    store: RunStore,
+    requests: list[TraceRequest],
+    options: ReplayOptions,
+    *,
+    clock: VirtualClock,
+    one_engine: tuple[EventBuffer, Callable[[], None]],
+    make_hooks: MakeHooks,
+    progress: Callable[[int], None],
+) -> tuple[int, int]:
+    """The scheduler timing: one vLLM Scheduler (its records in `one_engine`'s buffer and
+    drained by its drain, naming no engine), or one per engine of a fleet behind its router,
+    all on one clock; returns vLLM's prefix-cache counters summed over them."""
+    settings = options.settings
+    block_hasher = make_block_hasher(settings)
+    replays = []
+    for number in range(options.engines):
+        engine_buffer, on_step = one_engine
+        if options.engines > 1:
+            engine_buffer = EventBuffer()
+            on_step = engine_drain(engine_buffer, f"engine-{number}", store.append)
+        replay = SchedulerReplay(
+            settings,
+            SchedulerLimits(
+                options.max_num_seqs, options.max_num_batched_tokens, options.max_loras
+            ),
+            step_model=options.step_model,
+            block_hasher=block_hasher,
+            clock=clock,
+            on_step=on_step,
+            tier=TierSettings(options.cpu_tier_blocks, options.cpu_tier_policy)
+            if options.cpu_tier_blocks
+            else None,
+            tier_events=TierEvents(store, settings.block_size) if options.cpu_tier_blocks else None,
+        )
+        replay.start(requests, partial(_scheduler_hooks, make_hooks, engine_buffer))
+        replays.append(replay)
+    router = Router(options.router, block_hasher)
+    try:
+        run_engines(
+            replays, requests, lambda request, index: router.pick(replays, request, index), progress
+        )
+    finally:
+        for replay in replays:
+            replay.stop()
+    return (
+        sum(replay.prefix_cache_queries for replay in replays),
+        sum(replay.prefix_cache_hits for replay in replays),
+    )
+
+
+def _scheduler_hooks(make_hooks: MakeHooks, buffer: EventBuffer, scheduler: Any) -> KVCacheHooks:
+    """Hooks on `scheduler`'s KV cache manager, recording into `buffer`."""
+    return make_hooks(scheduler.kv_cache_manager, buffer)
 
 
 def _replay_fleet(

@@ -28,7 +28,7 @@ import json
 import mmap
 import tempfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from collector.replay.block_manager import (
     MAX_MODEL_LEN,
     CacheSettings,
+    cached_prefix_blocks,
     kv_cache_config,
     quiet_torch_imports,
 )
@@ -53,6 +54,7 @@ from engine_hooks.scheduler_hooks import SchedulerHooks
 
 if TYPE_CHECKING:
     from vllm.config import KVTransferConfig
+    from vllm.v1.core.kv_cache_utils import BlockHash
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import KVCacheConfig
@@ -204,6 +206,7 @@ class SchedulerReplay:
         self.prefix_cache_queries = 0  # vLLM's own PrefixCacheStats, summed over the steps
         self.prefix_cache_hits = 0
         self._trace: dict[str, tuple[int, TraceRequest]] = {}
+        self._attached: SchedulerHooks | None = None
 
     def run(
         self,
@@ -211,7 +214,21 @@ class SchedulerReplay:
         progress: Callable[[int], None],
         hooks: Callable[[Scheduler], KVCacheHooks] | None = None,
     ) -> None:
-        """Replay `trace`; `hooks` builds the KV cache hooks for the scheduler's manager."""
+        """Replay `trace` on this engine alone; `hooks` builds the KV cache hooks for the
+        scheduler's manager."""
+        self.start(trace, hooks)
+        try:
+            run_engines([self], trace, lambda request, index: 0, progress)
+        finally:
+            self.stop()
+
+    def start(
+        self,
+        trace: list[TraceRequest],
+        hooks: Callable[[Scheduler], KVCacheHooks] | None = None,
+    ) -> None:
+        """Build the scheduler for `trace` (every request this engine may be sent), hooks
+        attached."""
         self._trace = {request.request_id: (index, request) for index, request in enumerate(trace)}
         lora = any(request.lora for request in trace)
         with tempfile.TemporaryDirectory(prefix="kvscope-model-") as model_dir:
@@ -220,57 +237,67 @@ class SchedulerReplay:
             )
         if self.tier_events is not None:
             self.scheduler.kv_event_publisher = _TierPublisher(self.tier_events, self.clock)
-        attached = None
         if hooks is not None:
-            attached = SchedulerHooks(self.scheduler, hooks(self.scheduler), self._tenant)
-            attached.attach()
-        try:
-            self._steps(trace, progress)
-        finally:
-            if attached is not None:
-                attached.detach()
+            self._attached = SchedulerHooks(self.scheduler, hooks(self.scheduler), self._tenant)
+            self._attached.attach()
+
+    def stop(self) -> None:
+        """Take the hooks off the scheduler."""
+        if self._attached is not None:
+            self._attached.detach()
+            self._attached = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether the scheduler holds requests (or finished ones not yet reported)."""
+        return bool(self.scheduler.has_requests())
+
+    @property
+    def load(self) -> int:
+        """The requests this engine is serving now: waiting and running."""
+        return int(self.scheduler.get_num_unfinished_requests())
+
+    def cached_prefix_blocks(self, block_hashes: Sequence[BlockHash]) -> int:
+        """How many of `block_hashes`, from the first, this engine's prefix cache holds."""
+        return cached_prefix_blocks(self.scheduler.kv_cache_manager, block_hashes)
 
     def _tenant(self, request: Any) -> str | None:
         return self._trace[request.request_id][1].tenant
 
-    def _steps(self, trace: list[TraceRequest], progress: Callable[[int], None]) -> None:
-        scheduler = self.scheduler
-        pending = deque(sorted(trace, key=lambda request: request.timestamp_ms))
-        now_ms = 0.0
-        while pending or scheduler.has_requests():
-            if not scheduler.has_requests():
-                now_ms = max(now_ms, pending[0].timestamp_ms)
-            while pending and pending[0].timestamp_ms <= now_ms:
-                self._arrive(pending.popleft())
-            self.clock.set_ms(now_ms)
-            output = scheduler.schedule()
-            idle = output.total_num_scheduled_tokens == 0
-            waiting = idle and not (self.tier and _transfers_planned(output))
-            if waiting and scheduler.get_num_unfinished_requests():
-                if not pending:
-                    raise self._too_small()
-                now_ms = pending[0].timestamp_ms  # nothing fits until more arrive
-            prefill, decode = self._tokens(output)
-            results = scheduler.update_from_output(output, self._model_output(output))
-            for outputs in results.values():
-                progress(sum(out.finished for out in outputs.outputs))
-                stats = outputs.scheduler_stats
-                if stats is not None and stats.prefix_cache_stats is not None:
-                    self.prefix_cache_queries += stats.prefix_cache_stats.queries
-                    self.prefix_cache_hits += stats.prefix_cache_stats.hits
-            self.on_step()
-            if not idle:
-                self.steps += 1
-                step = self.step_model
-                now_ms += (
-                    step.step_ms
-                    + prefill * step.prefill_us_per_token / 1000
-                    + decode * step.decode_us_per_token / 1000
-                )
-
-    def _arrive(self, trace_request: TraceRequest) -> None:
+    def arrive(self, trace_request: TraceRequest) -> None:
+        """Add a request at its arrival time."""
         self.clock.set_ms(trace_request.timestamp_ms)
         self.scheduler.add_request(vllm_request(trace_request, self.block_hasher))
+
+    def step(self, now_ms: float, progress: Callable[[int], None]) -> tuple[float, bool]:
+        """One step beginning at `now_ms`: when the next may begin, and whether the engine
+        is stuck (it scheduled nothing, with requests unfinished: none fits until more
+        arrive)."""
+        scheduler = self.scheduler
+        self.clock.set_ms(now_ms)
+        output = scheduler.schedule()
+        idle = output.total_num_scheduled_tokens == 0
+        waiting = idle and not (self.tier and _transfers_planned(output))
+        stuck = bool(waiting and scheduler.get_num_unfinished_requests())
+        prefill, decode = self._tokens(output)
+        results = scheduler.update_from_output(output, self._model_output(output))
+        for outputs in results.values():
+            progress(sum(out.finished for out in outputs.outputs))
+            stats = outputs.scheduler_stats
+            if stats is not None and stats.prefix_cache_stats is not None:
+                self.prefix_cache_queries += stats.prefix_cache_stats.queries
+                self.prefix_cache_hits += stats.prefix_cache_stats.hits
+        self.on_step()
+        if idle:
+            return now_ms, stuck
+        self.steps += 1
+        step = self.step_model
+        return (
+            now_ms
+            + step.step_ms
+            + prefill * step.prefill_us_per_token / 1000
+            + decode * step.decode_us_per_token / 1000
+        ), stuck
 
     def _tokens(self, output: SchedulerOutput) -> tuple[int, int]:
         """The step's prefill tokens (prompt, or a resumed request's recomputed tokens) and
@@ -306,11 +333,47 @@ class SchedulerReplay:
         index, trace_request = self._trace[request.request_id]
         return output_token(trace_request, index, int(request.num_output_tokens))
 
-    def _too_small(self) -> CacheTooSmall:
+    def too_small(self) -> CacheTooSmall:
+        """The error of an engine stuck with no request left to arrive."""
         request = next(iter(self.scheduler.waiting))
         return CacheTooSmall.for_request(
             self._trace[request.request_id][1], self.settings.num_blocks
         )
+
+
+def run_engines(
+    engines: Sequence[SchedulerReplay],
+    trace: list[TraceRequest],
+    route: Callable[[TraceRequest, int], int],
+    progress: Callable[[int], None],
+) -> None:
+    """Replay `trace` across started `engines` on one clock. Each request, at its arrival
+    time, goes to the engine `route` names (given the request and its number in arrival
+    order); the engine whose next step begins first steps next (of equals, the lowest
+    index), and a request arriving by then arrives before it. An idle engine waits for its
+    next request; one stuck waits for the next arrival."""
+    pending = deque(sorted(trace, key=lambda request: request.timestamp_ms))
+    now_ms = [0.0] * len(engines)
+    routed = 0
+    while True:
+        busy = [number for number, engine in enumerate(engines) if engine.busy]
+        if not pending and not busy:
+            return
+        following = min(busy, key=now_ms.__getitem__, default=None)
+        if pending and (following is None or pending[0].timestamp_ms <= now_ms[following]):
+            request = pending.popleft()
+            number = route(request, routed)
+            routed += 1
+            if not engines[number].busy:
+                now_ms[number] = max(now_ms[number], request.timestamp_ms)
+            engines[number].arrive(request)
+            continue
+        assert following is not None
+        now_ms[following], stuck = engines[following].step(now_ms[following], progress)
+        if stuck:
+            if not pending:
+                raise engines[following].too_small()
+            now_ms[following] = pending[0].timestamp_ms
 
 
 def _transfers_planned(output: SchedulerOutput) -> bool:
