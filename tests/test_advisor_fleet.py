@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from collector.advisor import RULES, RunContext, advise
-from collector.advisor.cache_size import FLEET_CURVE_SOURCE
+from collector.advisor.cache_size import FLEET_CURVE_SOURCE, SCHEDULER_SOURCE
 from collector.advisor.curves import whatif_curves
-from collector.advisor.scheduler_check import NOT_CHECKED, reason_to_skip
+from collector.advisor.scheduler_check import reason_to_skip
 from collector.model.block_stream import RequestBlocks
 from collector.model.mrc import fleet_curve, miss_ratio_curve
 from collector.replay.block_manager import CacheSettings
@@ -170,22 +170,38 @@ def test_lora_budgets_the_duplicates_of_one_engines_pool(tmp_path: Path) -> None
     assert suggestion.action.endswith("`--num-gpu-blocks-override 22` (on each of the 2 engines)")
 
 
-def test_the_scheduler_does_not_check_a_fleet(tmp_path: Path) -> None:
+def test_the_scheduler_checks_a_fleet_engine_by_engine(tmp_path: Path) -> None:
     run = fleet_run(tmp_path, num_blocks=4)
     # As a live capture of two engines records it: requests overlapped on each engine.
     with duckdb.connect(str(run)) as connection:
         connection.execute("UPDATE runs SET timing = 'timestamps', max_num_seqs = 8")
     with RunFile.open(run) as run_file:
-        reason = reason_to_skip(RunContext(run_file, run))
-    assert reason == (
-        f"{NOT_CHECKED}: this run has 2 engines, and the advisor replays one engine's "
-        "Scheduler (`kvscope whatif RUN --engines N --timing scheduler` replays N engines); "
-        "the figures are each engine's one-pass curve, summed"
-    )
+        assert reason_to_skip(RunContext(run_file, run)) == ""
     status, _, (suggestion,) = judge(run, "cache-size")
     assert status == "fired"
-    assert suggestion.figures["source"] == FLEET_CURVE_SOURCE
-    assert reason in suggestion.evidence
+    figures = suggestion.figures
+    assert figures["source"] == SCHEDULER_SOURCE
+    # What the fleet replayed through the Scheduler, round-robin as the run was, measures.
+    trace = tmp_path / "trace.jsonl"
+    measured = {}
+    for pool in (figures["current_num_blocks"], figures["recommended_num_blocks"]):
+        replayed = replay(
+            trace,
+            tmp_path / f"scheduler-{pool}.duckdb",
+            ReplayOptions(
+                settings=CacheSettings(BLOCK_SIZE, pool),
+                timing="scheduler",
+                max_num_seqs=8,
+                engines=2,
+                router="round-robin",
+            ),
+            SECRET,
+        )
+        measured[pool] = replayed["token_hit_ratio"]
+    assert [figures["current_token_hit_ratio"], figures["recommended_token_hit_ratio"]] == list(
+        measured.values()
+    )
+    assert figures["recommended_token_hit_ratio"] > figures["current_token_hit_ratio"]
 
 
 def test_a_sweep_of_one_pool_is_left_out_of_a_fleets_curves(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ estimate for one whose requests overlapped. Such a run, when it recorded its pro
 replayed again through vLLM's Scheduler (`--timing scheduler`) at its own arrival times and
 with its own scheduler settings, once per pool size asked; the replays' token hit ratios
 replace the curve's. Each replay writes a run file into a temporary folder, removed after.
-A fleet's requests are not replayed so here: the check replays one engine (`kvscope whatif
---engines N --timing scheduler` replays N engines through the Scheduler).
+A fleet's requests are replayed engine by engine, each engine's own (as the run placed them)
+through a Scheduler of its own: a fleet replayed through the Scheduler gives each engine what
+its share gives alone (tests/test_fleet_replay.py), so the sums are the fleet's.
 """
 
 from __future__ import annotations
@@ -58,12 +59,6 @@ def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKE
 
     if context.config["max_num_seqs"] == 1:
         return "the one-pass curve is exact for this run, which ran one request at a time"
-    if context.num_engines > 1:
-        return (
-            f"{NOT_CHECKED}: this run has {context.num_engines} engines, and the advisor "
-            "replays one engine's Scheduler (`kvscope whatif RUN --engines N --timing "
-            "scheduler` replays N engines); the figures are each engine's one-pass curve, summed"
-        )
     if not context.has_token_ids:
         return (
             f"{NOT_CHECKED}: the run did not record its prompts' token ids (replay with "
@@ -84,18 +79,26 @@ def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKE
 
 def scheduler_ratio(context: RunContext, num_blocks: int) -> float:
     """The token hit ratio of the run's requests replayed through vLLM's Scheduler at their
-    arrival times, with `num_blocks` and the run's other settings."""
+    arrival times, with `num_blocks` and the run's other settings. On a fleet, each engine's
+    own requests go through a Scheduler of their own (a pool of `num_blocks` each), as the
+    run placed them; their hit and prompt tokens are summed."""
     from collector.replay.replayer import replay_requests
 
+    requests = context.requests
+    shares = context.engine_shares(requests) if context.num_engines > 1 else [requests]
+    hit_tokens = prompt_tokens = 0
     with tempfile.TemporaryDirectory(prefix="kvscope-advisor-") as directory:
-        summary = replay_requests(
-            context.requests,
-            context.path,
-            Path(directory) / "run.duckdb",
-            replay_options(context, num_blocks),
-            SECRET,
-        )
-    return float(summary["token_hit_ratio"])
+        for number, share in enumerate(shares):
+            summary = replay_requests(
+                share,
+                context.path,
+                Path(directory) / f"engine-{number}.duckdb",
+                replay_options(context, num_blocks),
+                SECRET,
+            )
+            hit_tokens += summary["hit_tokens"]
+            prompt_tokens += summary["prompt_tokens"]
+    return hit_tokens / prompt_tokens if prompt_tokens else 0.0
 
 
 def replay_options(context: RunContext, num_blocks: int) -> ReplayOptions:
