@@ -15,6 +15,7 @@ import pytest
 from collector.advisor import RULES, RunContext, advise
 from collector.advisor.cache_size import CURVE_SOURCE, SCHEDULER_SOURCE, recommend_size
 from collector.advisor.scheduler_check import reason_to_skip
+from collector.model.kv_memory import MODELS
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay
 from collector.store.run_file import RunFile
@@ -76,6 +77,20 @@ def test_a_concurrent_run_takes_the_ratios_of_scheduler_replays(tmp_path: Path) 
     assert grow.effect.endswith(f"per the {SCHEDULER_SOURCE}")
     assert any(line.endswith(f"source: {SCHEDULER_SOURCE}") for line in grow.evidence)
     assert "the Scheduler replays overlap its requests as they arrived" in grow.evidence[2]
+
+
+def test_contexts_of_one_run_share_its_scheduler_replays(tmp_path: Path) -> None:
+    # The app keeps one run file's replays across changes of assumptions (model, GPU): they
+    # depend on the run alone. A second context given the first's replays replays nothing.
+    run = run_of(tmp_path, 9, timing="timestamps", max_num_seqs=2, record_token_ids=True)
+    shared: dict[tuple[int, ...], Any] = {}
+    with RunFile.open(run) as run_file:
+        first = recommend_size(RunContext(run_file, run, scheduler_checks=shared))
+        ((pools, check),) = shared.items()
+        assert pools == (9, 10) and check.ratios == {9: first.current_ratio, 10: first.ratio}
+        other = RunContext(run_file, run, MODELS["qwen2.5-7b"], scheduler_checks=shared)
+        assert other.scheduler_check(pools) is check
+        assert recommend_size(other).ratio == first.ratio
 
 
 def test_the_check_replays_with_the_runs_own_scheduler_settings(tmp_path: Path) -> None:

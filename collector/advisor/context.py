@@ -48,7 +48,10 @@ class RunContext:
         *,
         max_model_len: int | None = None,
         pcie_gb_per_s: float = PCIE_GB_PER_S,
+        scheduler_checks: dict[tuple[int, ...], SchedulerCheck] | None = None,
     ) -> None:
+        """`scheduler_checks` keeps the run's Scheduler replays by pool sizes: they depend on
+        the run alone, so contexts of one run file under other assumptions may share it."""
         self.run = run
         self.path = path
         self.spec = spec
@@ -57,7 +60,7 @@ class RunContext:
         self.max_model_len = max_model_len  # the engine's --max-model-len, where known
         self.pcie_gb_per_s = pcie_gb_per_s  # host <-> GPU bandwidth a CPU tier's loads take
         self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
-        self._scheduler_checks: dict[tuple[int, ...], SchedulerCheck] = {}
+        self._scheduler_checks = {} if scheduler_checks is None else scheduler_checks
 
     @cached_property
     def config(self) -> RunRow:

@@ -18,7 +18,19 @@ from visualizer.run_source import current_run, open_run
 from visualizer.sidebar import controls
 
 
-@st.cache_data(max_entries=8, show_spinner="Running the advisor's rules ...")
+@st.cache_resource(max_entries=8)
+def _replay_cache(path: str, modified_ns: int) -> dict[tuple[int, ...], Any]:
+    """One run file's replays through vLLM's Scheduler, by pool sizes: they depend on the run
+    alone, so a change of assumptions does not replay them again."""
+    del path, modified_ns  # the cache key
+    return {}
+
+
+@st.cache_data(
+    max_entries=8,
+    show_spinner="Running the advisor's rules (the first view of a run whose requests "
+    "overlapped replays them through vLLM's Scheduler: up to about half a minute) ...",
+)
 def _advice(
     path: str,
     modified_ns: int,
@@ -28,8 +40,10 @@ def _advice(
     *,
     max_model_len: int | None,
     pcie_gb_per_s: float,
+    _scheduler_checks: dict[tuple[int, ...], Any],
 ) -> dict[str, Any]:
-    """The advice document and the what-if curves for one run and one set of assumptions."""
+    """The advice document and the what-if curves for one run and one set of assumptions
+    (`_scheduler_checks`, the run's Scheduler replays, is left out of the cache key)."""
     from collector.advisor import RunContext, advise
     from collector.advisor.curves import whatif_curves
     from collector.advisor.formats import to_document
@@ -45,6 +59,7 @@ def _advice(
         read_results(Path(whatif)) if whatif else None,
         max_model_len=max_model_len,
         pcie_gb_per_s=pcie_gb_per_s,
+        scheduler_checks=_scheduler_checks,
     )
     return {
         "document": to_document(advise(context), context),
@@ -106,14 +121,16 @@ def render() -> None:
     if whatif and not (Path(whatif) / "whatif.json").is_file():
         st.error(f"{whatif}: no whatif.json there; run `kvscope whatif ... --out {whatif}` first")
         whatif = ""
+    modified_ns = path.stat().st_mtime_ns
     result = _advice(
         str(path),
-        path.stat().st_mtime_ns,
+        modified_ns,
         spec,
         gpu,
         whatif,
         max_model_len=max_model_len,
         pcie_gb_per_s=pcie_gb_per_s,
+        _scheduler_checks=_replay_cache(str(path), modified_ns),
     )
     document = result["document"]
     suggestions = document["suggestions"]
