@@ -86,7 +86,7 @@ def test_merge_unbranched_keeps_branches_and_uneven_hits() -> None:
     assert single["first_position"].tolist() == nodes["block_position"].tolist()
 
 
-def test_node_summary_and_history(run_file: RunFile) -> None:
+def test_node_details_summary_and_history(run_file: RunFile) -> None:
     hashes = stored_hashes(run_file)
     whole = time_grid(run_file).whole_run()
     details = prefix_tree.node_details(run_file, hashes["A1"], whole)
@@ -129,7 +129,7 @@ def test_node_summary_and_history(run_file: RunFile) -> None:
         prefix_tree.node_details(run_file, 12345, whole)
 
 
-def test_prefix_token_ids(run_file: RunFile) -> None:
+def test_block_and_chain_token_ids(run_file: RunFile) -> None:
     names = hex_names(run_file)
     assert prefix_tree.has_token_ids(run_file)
     chains = [
