@@ -79,7 +79,9 @@ def _field_before(
 ) -> DynamicField | None:
     reference = prompts[members[0]]
     others = [prompts[member] for member in members[1:]]
-    start = min(_common_prefix(reference, other, position) for other in others)
+    start = position  # where the first member that differs from the reference does
+    for other in others:
+        start = _common_prefix(reference, other, start)
     if start >= position:
         return None  # a plain shared prefix: nothing differs before the window
     end = position
@@ -98,8 +100,11 @@ def _field_before(
 
 
 def _common_prefix(first: tuple[int, ...], second: tuple[int, ...], limit: int) -> int:
+    """How many tokens the two share from the first, `limit` at most."""
     end = min(limit, len(first), len(second))
-    return next((offset for offset in range(end) if first[offset] != second[offset]), end)
+    if first[:end] == second[:end]:  # most do: compared whole, at C speed
+        return end
+    return next(offset for offset in range(end) if first[offset] != second[offset])
 
 
 def family_label(request_ids: Sequence[str]) -> str:
