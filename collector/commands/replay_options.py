@@ -112,7 +112,8 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         default="round-robin",
         help="how a fleet routes a request at its arrival: round-robin; prefix-affinity (the "
         "engine caching the longest prefix of it, else the least loaded); least-loaded (the "
-        "engine routed fewest requests so far)",
+        "engine with the fewest requests: routed so far in the sequential timing, waiting and "
+        "running in the scheduler's)",
     )
 
 
