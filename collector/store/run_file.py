@@ -6,6 +6,7 @@ Nothing outside `collector.store` touches DuckDB: the query modules hand their S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -320,8 +321,10 @@ class RunStore(RunFile):
         return os.pread(self._reader, COPY_CHUNK_BYTES, offset)
 
     def interrupt(self) -> None:
-        """Stop the statement this store's connection runs (from another thread)."""
-        self._connection.interrupt()
+        """Stop the statement this store's connection runs (from another thread); nothing
+        when the connection closed meanwhile (what it ran is done)."""
+        with contextlib.suppress(duckdb.ConnectionException):
+            self._connection.interrupt()
 
     def close(self) -> None:
         super().close()
