@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collector.queries.summary import hit_ratio
 from collector.store.run_file import StoreError
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def scheduler_ratio(context: RunContext, num_blocks: int) -> float:
             )
             hit_tokens += summary["hit_tokens"]
             prompt_tokens += summary["prompt_tokens"]
-    return hit_tokens / prompt_tokens if prompt_tokens else 0.0
+    return hit_ratio(hit_tokens, prompt_tokens)
 
 
 def replay_options(context: RunContext, num_blocks: int) -> ReplayOptions:

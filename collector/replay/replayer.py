@@ -227,6 +227,14 @@ def _replay_schedulers(
     all on one clock; returns vLLM's prefix-cache counters summed over them."""
     settings = options.settings
     block_hasher = make_block_hasher(settings)
+    limits = SchedulerLimits(
+        options.max_num_seqs, options.max_num_batched_tokens, options.max_loras
+    )
+    tier = (
+        TierSettings(options.cpu_tier_blocks, options.cpu_tier_policy)
+        if options.cpu_tier_blocks
+        else None
+    )
     replays = []
     for number in range(options.engines):
         engine_buffer, on_step = one_engine
@@ -235,17 +243,13 @@ def _replay_schedulers(
             on_step = engine_drain(engine_buffer, f"engine-{number}", store.append)
         replay = SchedulerReplay(
             settings,
-            SchedulerLimits(
-                options.max_num_seqs, options.max_num_batched_tokens, options.max_loras
-            ),
+            limits,
             step_model=options.step_model,
             block_hasher=block_hasher,
             clock=clock,
             on_step=on_step,
-            tier=TierSettings(options.cpu_tier_blocks, options.cpu_tier_policy)
-            if options.cpu_tier_blocks
-            else None,
-            tier_events=TierEvents(store, settings.block_size) if options.cpu_tier_blocks else None,
+            tier=tier,
+            tier_events=TierEvents(store, settings.block_size) if tier else None,
         )
         replay.start(requests, partial(_scheduler_hooks, make_hooks, engine_buffer))
         replays.append(replay)
