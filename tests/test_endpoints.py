@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from collector.live.receiver import INGEST_MEMORY_LIMIT, Receiver
+from collector.store.live_copy import LiveCopy
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import EventBuffer
 from engine_hooks.endpoint import EndpointError
@@ -140,6 +141,24 @@ def test_the_collectors_duckdb_keeps_to_its_memory_limit(tmp_path: Path) -> None
         (limits[limit],) = receiver.store.row("SELECT current_setting('memory_limit')") or ("",)
         receiver.close()
     assert limits == {INGEST_MEMORY_LIMIT: "5.5 GiB", "512MB": "488.2 MiB"}
+
+
+def test_a_failure_while_closing_still_finalizes_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "resumed.duckdb"  # a collector killed: resumed below
+    RunStore.create(run, RunConfig("engine", 16, 100, "sha256", "0.33.0")).close()
+    receiver = Receiver(run, f"ipc://{tmp_path}/collector.ipc")
+
+    def failing(_: LiveCopy) -> None:
+        raise RuntimeError("the live copy would not stop")
+
+    monkeypatch.setattr(LiveCopy, "close", failing)
+    with pytest.raises(RuntimeError, match="would not stop"):
+        receiver.close()
+    assert receiver.store is None
+    with RunFile.open(run) as closed:
+        assert closed.finished
 
 
 def test_other_machines_need_allow_remote_and_a_token(tmp_path: Path) -> None:

@@ -253,18 +253,29 @@ class Receiver:
         self._last_snapshot = time.monotonic()
 
     def close(self) -> None:
-        self._listener.close()
-        for source in self.kv_event_sources:
-            source.close()
+        """Stop listening and finalize the run, even if stopping something fails first (the
+        error is raised once the run is finalized and closed)."""
+        try:
+            self._listener.close()
+            for source in self.kv_event_sources:
+                source.close()
+        finally:
+            self._finish_run()
+
+    def _finish_run(self) -> None:
         if self.store is None or self._live_copy is None:
             return
-        self._live_copy.close()
-        self.stats.snapshots = self._live_copy.published
-        self.stats.snapshot_failures = self._live_copy.failures
-        self.store.finalize()
-        self.stats.rows = self.store.num_rows
-        self.store.close()
-        self.store = None
+        try:
+            self._live_copy.close()
+        finally:
+            self.stats.snapshots = self._live_copy.published
+            self.stats.snapshot_failures = self._live_copy.failures
+            try:
+                self.store.finalize()
+                self.stats.rows = self.store.num_rows
+            finally:
+                self.store.close()
+                self.store = None
 
 
 def _named_with_gaps(
