@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from collector.cli import main
 from collector.queries.pool import eviction_regret_summary, low_free_periods
 from collector.queries.summary import run_summary
+from collector.replay.fleet import DataParallelBalancer
 from collector.store.run_file import RunFile
 from tests.support.fleet import BLOCK_SIZE, ORDER, family_trace
 
@@ -248,10 +250,110 @@ def test_a_fleets_figures_are_its_engines_summed(
     assert summed[0] > 0 and summed[1] > 0 and summed[3] > 0
 
 
+def per_rank(out: Path) -> dict[tuple[str, int], tuple[list[str], int]]:
+    """Each DP rank's requests (in order) and hit tokens."""
+    with RunFile.open(out) as run_file:
+        rows = run_file.rows(
+            "SELECT engine_id, dp_rank, list(request_id ORDER BY seq),"
+            " sum(num_hit_tokens)::INTEGER FROM events WHERE kind = 'lookup'"
+            " GROUP BY ALL ORDER BY ALL"
+        )
+    return {(engine, rank): (requests, hits) for engine, rank, requests, hits in rows}
+
+
+def test_an_engines_dp_ranks_take_turns_as_vllms_balancer_gives_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One engine of 2 DP ranks, one request at a time: every rank is idle at each arrival,
+    # so vLLM's balancer gives the requests to the ranks in turn, knowing nothing of
+    # prefixes: each rank holds the round-robin engine's share and hits as it does.
+    out, figures = replay_json(tmp_path, capsys, "--dp-size", "2", "--router", "prefix-affinity")
+    round_robin = EXPECTED["round-robin"][0]
+    assert per_rank(out) == {
+        ("engine-0", 0): round_robin["engine-0"],
+        ("engine-0", 1): round_robin["engine-1"],
+    }
+    assert figures["hit_tokens"] == figures["vllm_prefix_cache_hits"] == 32
+    with RunFile.open(out) as run_file:
+        options = json.loads(run_file.rows("SELECT options FROM runs")[0][0])
+    assert (options["engines"], options["dp_size"]) == (1, 2)
+
+
+def test_the_router_picks_the_engine_and_vllm_the_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 2 engines of 2 ranks behind prefix-affinity, which reads an engine's longest cached
+    # prefix over its ranks and its load summed. A0 goes to engine-0 (a tie), rank 0; A1 to
+    # engine-0 (it holds A), whose balancer has moved on: rank 1, a miss; B2, cached nowhere,
+    # to the engine routed fewest, engine-1, rank 0; B3 to engine-1, rank 1, a miss. Then
+    # each family returns to its engine and each request to the rank that missed it: 4 hits
+    # of 8, where 4 engines behind prefix-affinity hit 6. A and B are cached on 2 ranks each.
+    options = ("--router", "prefix-affinity")
+    out, figures = replay_json(tmp_path, capsys, "--engines", "2", "--dp-size", "2", *options)
+    assert per_rank(out) == {
+        ("engine-0", 0): (["A0", "A4"], 8),
+        ("engine-0", 1): (["A1", "A5"], 8),
+        ("engine-1", 0): (["B2", "B6"], 8),
+        ("engine-1", 1): (["B3", "B7"], 8),
+    }
+    with RunFile.open(out) as run_file:
+        row = run_file.row(
+            "SELECT count(*) FROM (SELECT block_hash FROM events WHERE kind = 'store'"
+            " GROUP BY block_hash HAVING count(DISTINCT (engine_id, dp_rank)) > 1)"
+        )
+    assert row == (4,)
+    _, ranks_as_engines = replay_json(tmp_path, capsys, "--engines", "4", *options)
+    assert figures["token_hit_ratio"] == 32 / 96 < ranks_as_engines["token_hit_ratio"] == 0.5
+
+
+def test_under_the_scheduler_a_burst_alternates_over_the_ranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # All 8 arrive at once: vLLM's balancer gives each to the rank with fewest requests in
+    # flight (ties: where its scan starts, one rank further each time): alternately.
+    options = ("--dp-size", "2", "--timing", "scheduler")
+    out, _ = replay_json(tmp_path, capsys, *options, trace_rows=burst())
+    placed = {rank: names for rank, (names, _) in per_rank(out).items()}
+    assert placed == {
+        ("engine-0", 0): ["A0", "B2", "A4", "B6"],
+        ("engine-0", 1): ["A1", "B3", "A5", "B7"],
+    }
+
+
+@dataclass
+class RankFigures:
+    """A rank as vLLM's DP coordinator reports it."""
+
+    waiting: int
+    running: int
+    kv_usage: float
+    load: int = 0
+
+    def cached_prefix_blocks(self, block_hashes: object) -> int:
+        return 0
+
+
+def test_vllms_balancer_weighs_waiting_requests_by_kv_cache_pressure() -> None:
+    # vLLM scores a rank max(in flight, waiting + running), plus 6 x waiting x (usage - 0.5)
+    # when over half full: 2 waiting at 90 % score 2 + 4.8 = 6.8 against 4 running: the
+    # second rank. At 50 % the penalty is 0 and the first rank's 2 win.
+    balancer = DataParallelBalancer(2)
+    busy = RankFigures(waiting=0, running=4, kv_usage=0.1)
+    assert balancer.pick([RankFigures(2, 0, 0.9), busy], "r0") == 1
+    assert balancer.pick([RankFigures(2, 0, 0.5), busy], "r1") == 0
+    idle = [RankFigures(0, 0, 0.0), RankFigures(0, 0, 0.0)]
+    assert [balancer.pick(idle, f"r{n}") for n in range(2, 5)] == [0, 1, 0]  # turns
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         (["--engines", "0"], "--engines must be at least 1, got 0"),
+        (["--dp-size", "0"], "--dp-size must be at least 1, got 0"),
+        (
+            ["--dp-size", "2", "--timing", "timestamps"],
+            "a fleet replay (--engines 1 --dp-size 2) takes --timing sequential or scheduler",
+        ),
         (
             ["--engines", "2", "--timing", "timestamps"],
             "a fleet replay (--engines 2) takes --timing sequential or scheduler, not",

@@ -271,11 +271,12 @@ def test_a_fleet_sweep_takes_the_sequential_or_the_scheduler_timing(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("dp_size", "hit_tokens"), [(1, 48), (2, 32)])
 def test_a_fleet_runs_sweep_replays_its_fleet(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dp_size: int, hit_tokens: int
 ) -> None:
-    # A run of two engines behind prefix-affinity: its sweep defaults to that fleet and gives
-    # the run's own hits (tests/test_fleet_replay.py: 48 tokens).
+    # A run of two engines (of 1 or 2 DP ranks) behind prefix-affinity: its sweep defaults to
+    # that fleet and gives the run's own hits (tests/test_fleet_replay.py: 48 and 32 tokens).
     run = tiny_run(
         tmp_path,
         family_trace(),
@@ -283,10 +284,12 @@ def test_a_fleet_runs_sweep_replays_its_fleet(
         num_blocks=20,
         engines=2,
         router="prefix-affinity",
+        dp_size=dp_size,
         record_token_ids=True,
     )
     out = tmp_path / "sweep"
     assert main(["whatif", str(run), "--out", str(out), "--quiet", "--jobs", "1", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["engines"], row["router"], row["hit_tokens"]) == (2, "prefix-affinity", 48)
+    assert (row["engines"], row["dp_size"], row["router"]) == (2, dp_size, "prefix-affinity")
+    assert row["hit_tokens"] == hit_tokens
     assert row["run"] == "bs4-blocks20-seqs1-engines2-prefix-affinity.duckdb"

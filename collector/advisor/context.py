@@ -180,15 +180,18 @@ class RunContext:
 
     @property
     def whatif_rows(self) -> list[dict[str, Any]]:
-        """The what-if sweep's points that replayed this run's setup: as many engines (a
-        point that does not say replayed one) behind the run's router, where both say."""
+        """The what-if sweep's points that replayed this run's setup: as many pools (engines
+        x DP ranks; a point that does not say replayed one engine of one rank), laid out as
+        the run's, behind the run's router, where both say."""
         if not self.whatif:
             return []
-        router = json.loads(self.config["options"] or "{}").get("router")
+        options = json.loads(self.config["options"] or "{}")
+        router, dp_size = options.get("router"), options.get("dp_size", 1)
         return [
             row
             for row in self.whatif["results"]
-            if row.get("engines", 1) == self.num_engines
+            if row.get("engines", 1) * row.get("dp_size", 1) == self.num_engines
+            and row.get("dp_size", 1) == dp_size
             and (router is None or row.get("router") in (None, router))
         ]
 

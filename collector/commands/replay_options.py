@@ -96,7 +96,8 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_fleet_options(parser: argparse.ArgumentParser) -> None:
-    """--engines and --router: a fleet of engines, each with its own pool, behind a router."""
+    """--engines, --dp-size and --router: a fleet of engines (of DP ranks), each with its
+    own pool, behind a router."""
     from collector.replay.fleet import ROUTERS
 
     parser.add_argument(
@@ -114,6 +115,13 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         "engine caching the longest prefix of it, else the least loaded); least-loaded (the "
         "engine with the fewest requests: routed so far in the sequential timing, waiting and "
         "running in the scheduler's)",
+    )
+    parser.add_argument(
+        "--dp-size",
+        type=int,
+        default=1,
+        help="data-parallel ranks in each engine, each with its own pool of --num-blocks; the "
+        "router picks the engine, vLLM's own DP load balancer the rank (1)",
     )
 
 
@@ -208,4 +216,5 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         cpu_tier_policy=args.cpu_tier_policy,
         engines=args.engines,
         router=args.router,
+        dp_size=args.dp_size,
     )

@@ -169,6 +169,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
         "engines": 1,
         "router": "round-robin",
+        "dp_size": 1,
     }
     step_model = StepModel()
     reveal = False
@@ -191,6 +192,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         defaults["max_num_batched_tokens"] = budget or defaults["max_num_batched_tokens"]
         defaults["engines"] = options.get("engines") or defaults["engines"]
         defaults["router"] = options.get("router") or defaults["router"]
+        defaults["dp_size"] = options.get("dp_size") or defaults["dp_size"]
         if options.get("step_model"):
             step_model = StepModel(**options["step_model"])
         reveal = True  # the run's tenant labels are already what it chose to store
@@ -205,6 +207,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         max_num_batched_tokens=args.max_num_batched_tokens or defaults["max_num_batched_tokens"],
         step_model=step_model,
         reveal_tenants=reveal,
+        dp_size=defaults["dp_size"],
     )
     return base, defaults
 
@@ -219,7 +222,7 @@ def _print_table(
     from collector.model.kv_memory import gib_for_blocks, vllm_pool_settings
 
     current_gib = gib_for_blocks(spec, defaults["block_size"], defaults["num_blocks"])
-    fleets = any(row["engines"] > 1 for row in results)
+    fleets = any(row["engines"] * row.get("dp_size", 1) > 1 for row in results)
     print(f"KV memory for {spec.describe()}")
     print(
         f"{'block':>5} {'blocks':>8} {'GiB':>7} {'seqs':>5} {'token hit':>9} {'block hit':>9} "
@@ -257,7 +260,11 @@ def _tier(row: dict[str, Any]) -> str:
 
 
 def _fleet(row: dict[str, Any]) -> str:
-    return f"{row['engines']} x {row['router']}" if row["engines"] > 1 else "one engine"
+    dp_size = row.get("dp_size", 1)
+    if row["engines"] * dp_size == 1:
+        return "one engine"
+    ranks = f" x {dp_size} DP" * (dp_size > 1)
+    return f"{row['engines']}{ranks} x {row['router']}"
 
 
 def _print_memory_steps(results: list[dict[str, Any]]) -> None:
@@ -269,7 +276,7 @@ def _print_memory_steps(results: list[dict[str, Any]]) -> None:
         key = (row["block_size"], row["max_num_seqs"], _tier(row), _fleet(row))
         if key in previous:
             before = previous[key]
-            fleet = f" ({_fleet(row)})" * (row["engines"] > 1)
+            fleet = f" ({_fleet(row)})" * (row["engines"] * row.get("dp_size", 1) > 1)
             lines.append(
                 f"block size {row['block_size']}{fleet}: "
                 f"{row['kv_gib'] - before['kv_gib']:+.2f} GiB of "

@@ -22,7 +22,14 @@ from collector.replay.block_manager import (
     require_vllm,
 )
 from collector.replay.cpu_tier import CpuTier
-from collector.replay.fleet import ROUTERS, MakeHooks, Router, engine_drain, make_fleet
+from collector.replay.fleet import (
+    ROUTERS,
+    MakeHooks,
+    Router,
+    engine_drain,
+    engine_name,
+    make_fleet,
+)
 from collector.replay.scheduler_replay import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     SchedulerLimits,
@@ -61,6 +68,12 @@ class ReplayOptions:
     cpu_tier_policy: str = "lru"
     engines: int = 1  # a fleet of this many engines behind `router` (collector/replay/fleet.py)
     router: str = "round-robin"
+    dp_size: int = 1  # data-parallel ranks an engine, each a pool of its own
+
+    @property
+    def num_pools(self) -> int:
+        """The fleet's KV cache pools: an engine's, or each DP rank's."""
+        return self.engines * self.dp_size
 
     def __post_init__(self) -> None:
         from collector.replay.cpu_tier import TIER_POLICIES
@@ -87,21 +100,22 @@ class ReplayOptions:
     def _check_fleet(self) -> None:
         if self.engines < 1:
             raise ValueError(f"--engines must be at least 1, got {self.engines}")
+        if self.dp_size < 1:
+            raise ValueError(f"--dp-size must be at least 1, got {self.dp_size}")
         if self.router not in ROUTERS:
             raise ValueError(f"unknown --router {self.router!r}; use one of {ROUTERS}")
-        if self.engines == 1:
+        if self.num_pools == 1:
             return
+        ranks = f" --dp-size {self.dp_size}" * (self.dp_size > 1)
+        fleet = f"a fleet replay (--engines {self.engines}{ranks})"
         if self.timing not in ("sequential", "scheduler"):
-            raise ValueError(
-                f"a fleet replay (--engines {self.engines}) takes --timing sequential or "
-                f"scheduler, not {self.timing!r}"
-            )
+            raise ValueError(f"{fleet} takes --timing sequential or scheduler, not {self.timing!r}")
         if self.cpu_tier_blocks:
-            raise ValueError("a fleet replay (--engines above 1) takes no CPU tier for now")
+            raise ValueError(f"{fleet} takes no CPU tier for now")
         if self.settings.kv_layout != "full":
             raise ValueError(
-                "a fleet replay (--engines above 1) replays one full-attention KV cache group "
-                f"only (--kv-layout full) for now, not {self.settings.kv_layout!r}"
+                f"{fleet} replays one full-attention KV cache group only (--kv-layout full) "
+                f"for now, not {self.settings.kv_layout!r}"
             )
 
 
@@ -192,7 +206,7 @@ def replay_into(
             make_hooks=make_hooks,
             progress=progress,
         )
-    elif options.engines > 1:
+    elif options.num_pools > 1:
         vllm_prefix_cache = _replay_fleet(
             store, requests, options, clock=clock, make_hooks=make_hooks, progress=progress
         )
@@ -236,11 +250,12 @@ def _replay_schedulers(
         else None
     )
     replays = []
-    for number in range(options.engines):
+    for number in range(options.num_pools):
         engine_buffer, on_step = one_engine
-        if options.engines > 1:
+        if options.num_pools > 1:
             engine_buffer = EventBuffer()
-            on_step = engine_drain(engine_buffer, f"engine-{number}", store.append)
+            engine_id, dp_rank = engine_name(number, options.dp_size)
+            on_step = engine_drain(engine_buffer, engine_id, dp_rank, store.append)
         replay = SchedulerReplay(
             settings,
             limits,
@@ -253,10 +268,13 @@ def _replay_schedulers(
         )
         replay.start(requests, partial(_scheduler_hooks, make_hooks, engine_buffer))
         replays.append(replay)
-    router = Router(options.router, block_hasher)
+    router = Router(options.router, block_hasher, options.dp_size)
     try:
         run_engines(
-            replays, requests, lambda request, index: router.pick(replays, request, index), progress
+            replays,
+            requests,
+            lambda request, index: router.pick_rank(replays, request, index),
+            progress,
         )
     finally:
         for replay in replays:
@@ -285,9 +303,8 @@ def _replay_fleet(
     counters summed over them."""
     fleet = make_fleet(
         options.settings,
+        Router(options.router, make_block_hasher(options.settings), options.dp_size),
         options.engines,
-        options.router,
-        block_hasher=make_block_hasher(options.settings),
         clock=clock,
         make_hooks=make_hooks,
         append=store.append,
@@ -369,5 +386,6 @@ def _run_config(trace_path: Path, options: ReplayOptions) -> RunConfig:
             else None,
             "engines": options.engines,
             "router": options.router if options.engines > 1 else None,
+            "dp_size": options.dp_size,
         },
     )

@@ -257,6 +257,21 @@ class SchedulerReplay:
         """The requests this engine is serving now: waiting and running."""
         return int(self.scheduler.get_num_unfinished_requests())
 
+    @property
+    def waiting(self) -> int:
+        """The requests waiting, as the engine reports them to vLLM's DP coordinator."""
+        return int(self.scheduler.get_request_counts()[1])
+
+    @property
+    def running(self) -> int:
+        """The requests running, as the engine reports them to vLLM's DP coordinator."""
+        return int(self.scheduler.get_request_counts()[0])
+
+    @property
+    def kv_usage(self) -> float:
+        """How full the KV cache is (0 to 1), as the engine reports it."""
+        return float(self.scheduler.get_kv_cache_usage())
+
     def cached_prefix_blocks(self, block_hashes: Sequence[BlockHash]) -> int:
         """How many of `block_hashes`, from the first, this engine's prefix cache holds."""
         return cached_prefix_blocks(self.scheduler.kv_cache_manager, block_hashes)

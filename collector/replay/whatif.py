@@ -153,6 +153,7 @@ def replay_point(
     summary: Mapping[str, Any] = replay_requests(requests, source, out_path, options, secret)
     return {
         **asdict(point),
+        "dp_size": options.dp_size,
         "seconds": round(time.perf_counter() - started, 2),
         "run": out_path.name,
         **{name: summary[name] for name in _FIGURES},
