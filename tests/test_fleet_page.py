@@ -106,6 +106,17 @@ def test_each_engines_load_hits_and_pool_pressure(fleet_run: Path) -> None:
     )
 
 
+def test_an_engine_with_dp_ranks_names_each_rank() -> None:
+    engine_ids = ["a", "a", "b", "", "c"]
+    assert fleet.engine_labels(engine_ids, [0, 1, 0, 0, 0]) == [
+        "a dp0",
+        "a dp1",
+        "b",
+        "(unnamed)",
+        "c",
+    ]
+
+
 def test_blocks_cached_on_both_engines_over_time(fleet_run: Path) -> None:
     with RunFile.open(fleet_run) as run:
         # 10 ms buckets; the last one is the run's final nanosecond.

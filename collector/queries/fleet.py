@@ -9,6 +9,7 @@ time as those hosts' clocks are.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypedDict
 
 import pandas as pd
@@ -58,10 +59,15 @@ def num_engines(run: RunFile) -> int:
     return 0 if row is None else int(row[0])
 
 
-def engine_label(engine_id: str, dp_rank: int) -> str:
-    """An engine's name: its id (or "(unnamed)"), and its DP rank where not 0."""
-    name = engine_id or UNNAMED_ENGINE
-    return f"{name} dp{dp_rank}" if dp_rank else name
+def engine_labels(engine_ids: Iterable[str], dp_ranks: Iterable[int]) -> list[str]:
+    """Each row's engine name: its id (or "(unnamed)"), and its DP rank where that engine
+    has ranks above 0 (every rank of it then named, rank 0 too)."""
+    rows = list(zip(engine_ids, dp_ranks, strict=True))
+    ranked = {engine_id for engine_id, dp_rank in rows if dp_rank}
+    return [
+        f"{engine_id or UNNAMED_ENGINE}" + f" dp{dp_rank}" * (engine_id in ranked)
+        for engine_id, dp_rank in rows
+    ]
 
 
 def fleet_engines(
@@ -121,8 +127,7 @@ def fleet_engines(
         """,
         {"start": span["start"], "end": span["end"], "threshold": threshold},
     )
-    labels = map(engine_label, frame["engine_id"], frame["dp_rank"])
-    return frame.assign(engine=list(labels))
+    return frame.assign(engine=engine_labels(frame["engine_id"], frame["dp_rank"]))
 
 
 def load_imbalance(engines: pd.DataFrame) -> LoadImbalance:
@@ -151,8 +156,7 @@ def free_share_timeline(
         """,
         timeline_span(run, window, max_points),
     )
-    labels = map(engine_label, frame["engine_id"], frame["dp_rank"])
-    return frame.assign(engine=list(labels))
+    return frame.assign(engine=engine_labels(frame["engine_id"], frame["dp_rank"]))
 
 
 # The fleet's cache states (the run's `fleet_states`, collector/store/rollups.py) cut to the
