@@ -20,10 +20,12 @@ the 2-core build machine; the stacked run's rows have the same shape and the sam
 Then it prints the run file's size and row counts; the seconds of every app page's collector
 calls (pages whose figures need a replay, Advisor and Cache policies, report the time of that
 replay), over the whole run and over its middle 80 %, the coldest of --rounds rounds; and a
-live refresh of a copy of the run resumed as a restarted collector resumes it, part by part.
+live refresh of a copy of the run resumed as a restarted collector resumes it, part by part:
+with nothing new, with --new-rows event rows new (the run's last rows again, moved on in
+record number and time), and with a live copy made.
 
     python benchmarks/large_run.py [--copies 100] [--engines 4] [--stack 10] [--rounds 2]
-        [--build-only | --pages-only]
+        [--build-only | --pages-only | --refresh-only] [--new-rows 5000]
 """
 
 from __future__ import annotations
@@ -214,10 +216,31 @@ def replay_pages(store_path: Path) -> None:
         print(f"  advisor: {time.perf_counter() - started:.1f} s", flush=True)
 
 
-def live_refresh(run: Path, rounds: int) -> None:
+# The stream going on where the run stops: its last rows again, each record number moved
+# past every engine's last and each time past the run's end; their evictions without the
+# age and hits the fold fills.
+_NEXT_ROWS = """
+WITH tail AS (SELECT * FROM events WHERE rowid >= (SELECT count(*) FROM events) - $rows),
+shift AS (
+    SELECT (SELECT max(seq) FROM events) + 1 - min(seq) AS seq_by,
+        max(ts_ns) - min(ts_ns) + 1 AS ts_by
+    FROM tail
+)
+SELECT tail.* REPLACE (
+    tail.seq + shift.seq_by AS seq,
+    tail.ts_ns + shift.ts_by AS ts_ns,
+    CASE WHEN kind = 'evict' THEN NULL ELSE age_ns END AS age_ns,
+    CASE WHEN kind = 'evict' THEN NULL ELSE num_hits END AS num_hits
+)
+FROM tail, shift
+"""
+
+
+def live_refresh(run: Path, rounds: int, new_rows: int) -> None:
     """A live refresh of a copy of the run resumed as a restarted collector resumes it: with
-    nothing new, and with a live copy made (the worker's copy and rebuild); part by part,
-    per round."""
+    nothing new, with `new_rows` event rows new (the writer's insert, fold and checkpoint,
+    as after a flush), and with a live copy made (the worker's copy and rebuild); part by
+    part, per round."""
     work = run.with_name("large-run-live.duckdb")
     shutil.copyfile(run, work)
     with duckdb.connect(str(work)) as connection:  # a collector still writing it
@@ -228,16 +251,26 @@ def live_refresh(run: Path, rounds: int) -> None:
     store.limit_threads(INGEST_THREADS)
     store.limit_memory(INGEST_MEMORY_LIMIT)
     store.checkpoint_only_when_asked()
+    parts = timed_refresh(store, [], False, INGEST_THREADS)
+    print(f"  first refresh (the whole file is new to this process): {_listed(parts)}")
     for _ in range(rounds):
-        for copy in (False, True):
-            parts = timed_refresh(store, [], copy, INGEST_THREADS)
-            writer = sum(s for part, s in parts.items() if not part.startswith(WORKER))
-            listed = ", ".join(f"{name} {seconds:.2f}" for name, seconds in parts.items())
-            label = "and a live copy" if copy else "nothing new"
-            print(f"  {label}: writer {writer:.2f} s ({listed})", flush=True)
+        print(f"  nothing new: {_listed(timed_refresh(store, [], False, INGEST_THREADS))}")
+        rows = store.arrow(_NEXT_ROWS, {"rows": new_rows})
+        started = time.perf_counter()
+        store.insert({"events": rows})
+        inserted = {"insert (the new rows)": time.perf_counter() - started}
+        parts = inserted | timed_refresh(store, [], False, INGEST_THREADS)
+        print(f"  {rows.num_rows:,} new: {_listed(parts)}", flush=True)
+    print(f"  and a live copy: {_listed(timed_refresh(store, [], True, INGEST_THREADS))}")
     store.close()
     work.unlink()
     live_copy_path(work).unlink(missing_ok=True)
+
+
+def _listed(parts: dict[str, float]) -> str:
+    writer = sum(seconds for part, seconds in parts.items() if not part.startswith(WORKER))
+    listed = ", ".join(f"{name} {seconds:.2f}" for name, seconds in parts.items())
+    return f"writer {writer:.2f} s ({listed})"
 
 
 def main() -> None:
@@ -253,22 +286,30 @@ def main() -> None:
     parser.add_argument(
         "--pages-only", action="store_true", help="time the pages and stop (no live refresh)"
     )
+    parser.add_argument(
+        "--refresh-only", action="store_true", help="time the live refresh only (no pages)"
+    )
+    parser.add_argument(
+        "--new-rows", type=int, default=5_000, help="event rows new at each live refresh"
+    )
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     fleet = build_fleet(args.cache, args.copies, args.engines)
     run = build_stacked(fleet, args.engines, args.stack) if args.stack > 1 else fleet
     if args.build_only:
         return
-    sample = Path(__file__).resolve().parents[1] / "sample_data" / "run_block32.duckdb"
-    store, second = RunStore.open(run), RunStore.open(sample)
-    describe(run, store)
-    time_pages(store, second, args.rounds, lambda window: more_page_calls(store, run, window))
-    store.close()
-    second.close()
+    if not args.refresh_only:
+        sample = Path(__file__).resolve().parents[1] / "sample_data" / "run_block32.duckdb"
+        store, second = RunStore.open(run), RunStore.open(sample)
+        describe(run, store)
+        time_pages(store, second, args.rounds, lambda window: more_page_calls(store, run, window))
+        store.close()
+        second.close()
     if args.pages_only:
         return
-    live_refresh(run, rounds=1)
-    replay_pages(store_path=run)
+    live_refresh(run, args.rounds + 1, args.new_rows)
+    if not args.refresh_only:
+        replay_pages(store_path=run)
 
 
 if __name__ == "__main__":
