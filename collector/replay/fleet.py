@@ -174,13 +174,12 @@ class Router:
 
 @dataclass
 class FleetEngine:
-    """One engine (or DP rank) of the fleet: its name, its replay (manager and hooks), its
-    load."""
+    """One engine (or DP rank) of the fleet: its engine's name, its replay (manager and
+    hooks), its load."""
 
     engine_id: str
     simulator: Simulator
     num_routed: int = 0
-    dp_rank: int = 0
 
     @property
     def load(self) -> int:
@@ -260,7 +259,7 @@ def make_fleet(
         hooks = make_hooks(manager, buffer).attach()
         drain = engine_drain(buffer, engine_id, dp_rank, append)
         simulator = Simulator(manager, hooks, clock, router.block_hasher, drain)
-        engines.append(FleetEngine(engine_id, simulator, dp_rank=dp_rank))
+        engines.append(FleetEngine(engine_id, simulator))
     return Fleet(engines, router)
 
 
