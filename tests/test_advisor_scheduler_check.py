@@ -100,9 +100,11 @@ def test_the_check_replays_with_the_runs_own_scheduler_settings(tmp_path: Path) 
         context = RunContext(run_file, run)
         recommendation = recommend_size(context)
         measured = context.summary["token_hit_ratio"]
-    # The run was itself a scheduler replay: at its own pool the check measures what it did.
+    # The run was itself a scheduler replay: at its own pool the check takes what it measured
+    # (replaying nothing), which is what a fresh replay gives: a replay is deterministic.
     assert recommendation.current_ratio == measured > 0
     trace = tmp_path / "trace.jsonl"
+    assert measured == scheduler_replay_ratio(trace, 9, **settings)
     assert recommendation.ratio == scheduler_replay_ratio(trace, 10, **settings)
     # Another batch budget would give another figure: the run's own is the one replayed.
     assert recommendation.ratio != scheduler_replay_ratio(trace, 10, max_num_seqs=3)

@@ -8,6 +8,10 @@ replace the curve's. Each replay writes a run file into a temporary folder, remo
 A fleet's requests are replayed engine by engine, each engine's own (as the run placed them)
 through a Scheduler of its own: a fleet replayed through the Scheduler gives each engine what
 its share gives alone (tests/test_fleet_replay.py), so the sums are the fleet's.
+A run that is itself a replay through the Scheduler (with no CPU tier, which the check does
+not replay) is not replayed again at its own pool size: a replay is deterministic, so the
+run's own token hit ratio is what that replay would give (checked in
+tests/test_advisor_scheduler_check.py).
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ def scheduler_ratio(context: RunContext, num_blocks: int) -> float:
     run placed them; their hit and prompt tokens are summed."""
     from collector.replay.replayer import replay_requests
 
+    if num_blocks == context.num_blocks and _replayed_so(context):
+        return float(context.summary["token_hit_ratio"])
     requests = context.requests
     shares = context.engine_shares(requests) if context.num_engines > 1 else [requests]
     hit_tokens = prompt_tokens = 0
@@ -100,6 +106,18 @@ def scheduler_ratio(context: RunContext, num_blocks: int) -> float:
             hit_tokens += summary["hit_tokens"]
             prompt_tokens += summary["prompt_tokens"]
     return hit_ratio(hit_tokens, prompt_tokens)
+
+
+def _replayed_so(context: RunContext) -> bool:
+    """Whether the run is itself a replay of its requests through the Scheduler, with the
+    settings the check replays with (no CPU tier)."""
+    config = context.config
+    recorded: dict[str, Any] = json.loads(config["options"] or "{}")
+    return (
+        config["source"] == "replay"
+        and config["timing"] == "scheduler"
+        and not recorded.get("cpu_tier")
+    )
 
 
 def replay_options(context: RunContext, num_blocks: int) -> ReplayOptions:
