@@ -7,7 +7,6 @@ at every pool size per engine: a fleet's pool sizes are per engine throughout.
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from collector.model.block_stream import (
 )
 from collector.model.kv_memory import MODELS, GpuMemory, KVSpec
 from collector.model.mrc import MissRatioCurve, fleet_curve, miss_ratio_curve
-from collector.queries.config import RunRow, run_config
+from collector.queries.config import RunRow, run_config, run_options
 from collector.queries.summary import RunSummary, run_summary
 from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile
@@ -65,6 +64,11 @@ class RunContext:
     @cached_property
     def config(self) -> RunRow:
         return run_config(self.run)
+
+    @cached_property
+    def options(self) -> dict[str, Any]:
+        """The options the run recorded (a live capture records fewer than a replay)."""
+        return run_options(self.config)
 
     @cached_property
     def summary(self) -> RunSummary:
@@ -185,8 +189,7 @@ class RunContext:
         the run's, behind the run's router, where both say."""
         if not self.whatif:
             return []
-        options = json.loads(self.config["options"] or "{}")
-        router, dp_size = options.get("router"), options.get("dp_size", 1)
+        router, dp_size = self.options.get("router"), self.options.get("dp_size", 1)
         return [
             row
             for row in self.whatif["results"]

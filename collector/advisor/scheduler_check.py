@@ -16,11 +16,10 @@ tests/test_advisor_scheduler_check.py).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from collector.queries.summary import hit_ratio
 from collector.store.run_file import StoreError
@@ -112,11 +111,10 @@ def _replayed_so(context: RunContext) -> bool:
     """Whether the run is itself a replay of its requests through the Scheduler, with the
     settings the check replays with (no CPU tier)."""
     config = context.config
-    recorded: dict[str, Any] = json.loads(config["options"] or "{}")
     return (
         config["source"] == "replay"
         and config["timing"] == "scheduler"
-        and not recorded.get("cpu_tier")
+        and not context.options.get("cpu_tier")
     )
 
 
@@ -127,8 +125,7 @@ def replay_options(context: RunContext, num_blocks: int) -> ReplayOptions:
     from collector.replay.replayer import ReplayOptions
     from collector.replay.simulator import StepModel
 
-    config, defaults = context.config, ReplayOptions()
-    recorded: dict[str, Any] = json.loads(config["options"] or "{}")
+    config, defaults, recorded = context.config, ReplayOptions(), context.options
     step = recorded.get("step_model") or {}
     return ReplayOptions(
         settings=CacheSettings(

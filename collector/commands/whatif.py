@@ -16,7 +16,7 @@ from collector.commands.replay_options import (
     add_layout_option,
     add_tier_options,
 )
-from collector.queries.config import run_config
+from collector.queries.config import run_config, run_options
 
 
 def register(commands: Any) -> None:
@@ -182,8 +182,7 @@ def _base_options(args: argparse.Namespace, source: Any) -> tuple[Any, dict[str,
         finally:
             store.close()
         settings: Mapping[str, Any] = config
-        options = settings.get("options") or {}
-        options = json.loads(options) if isinstance(options, str) else options
+        options = run_options(settings)
         defaults.update(
             {name: settings[name] for name in defaults if settings.get(name) is not None}
         )

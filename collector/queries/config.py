@@ -44,7 +44,7 @@ def run_config(run: RunFile) -> RunRow:
 def recorded_tokenizer(config: Mapping[str, Any]) -> str:
     """The tokenizer a run names for its token ids: a replay's --tokenizer, else a live
     engine's model; "" when it names none."""
-    options = _options(config)
+    options = run_options(config)
     return str(options.get("tokenizer") or options.get("model") or "")
 
 
@@ -52,7 +52,7 @@ def describe_source(config: Mapping[str, Any]) -> str:
     """Where a run's records came from, as a phrase: "replay of TRACE" (the trace file's
     name: its folder is the machine's that replayed it), "live capture of engine host:123",
     "vLLM KV events from tcp://..."."""
-    options = _options(config)
+    options = run_options(config)
     if config["source"] == "engine":
         return f"live capture of engine {shown(options.get('engine_id') or '?')}"
     if config["source"] == "vllm-kv-events":
@@ -61,7 +61,7 @@ def describe_source(config: Mapping[str, Any]) -> str:
     return f"{config['source']} of {shown(PurePath(trace).name if trace else trace)}"
 
 
-def _options(config: Mapping[str, Any]) -> dict[str, Any]:
+def run_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """A runs row's options, whether still JSON text (as stored) or already parsed."""
     options = config.get("options") or {}
     return dict(json.loads(options) if isinstance(options, str) else options)

@@ -4,7 +4,6 @@ its configuration, and the same figures over time."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
@@ -14,7 +13,7 @@ from collector.model.time_window import TimeWindow
 from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
-from collector.queries.config import RunRow, describe_source, run_config
+from collector.queries.config import RunRow, describe_source, run_config, run_options
 from collector.queries.fleet import num_engines
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from collector.queries.summary import hit_ratio
@@ -159,7 +158,7 @@ def _config_rows(config: RunRow) -> pd.DataFrame:
     """The runs row, one setting a row, its options (JSON) spread over a row each, down to
     plain values (`options.step_model.step_ms`, `options.kv_groups[0].kind`)."""
     settings: dict[str, Any] = {name: value for name, value in config.items() if name != "options"}
-    settings |= _spread("options", json.loads(config["options"] or "{}"))
+    settings |= _spread("options", run_options(config))
     return pd.DataFrame(
         {
             "setting": list(settings),
