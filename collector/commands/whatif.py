@@ -221,7 +221,7 @@ def _print_table(
     from collector.model.kv_memory import gib_for_blocks, vllm_pool_settings
 
     current_gib = gib_for_blocks(spec, defaults["block_size"], defaults["num_blocks"])
-    fleets = any(row["engines"] * row.get("dp_size", 1) > 1 for row in results)
+    fleets = any(_num_pools(row) > 1 for row in results)
     print(f"KV memory for {spec.describe()}")
     print(
         f"{'block':>5} {'blocks':>8} {'GiB':>7} {'seqs':>5} {'token hit':>9} {'block hit':>9} "
@@ -258,9 +258,14 @@ def _tier(row: dict[str, Any]) -> str:
     return f"{blocks:,} {row['cpu_tier_policy']}" if blocks else "none"
 
 
+def _num_pools(row: dict[str, Any]) -> int:
+    """A point's KV cache pools: its engines times their DP ranks."""
+    return int(row["engines"] * row.get("dp_size", 1))
+
+
 def _fleet(row: dict[str, Any]) -> str:
     dp_size = row.get("dp_size", 1)
-    if row["engines"] * dp_size == 1:
+    if _num_pools(row) == 1:
         return "one engine"
     ranks = f" x {dp_size} DP" * (dp_size > 1)
     return f"{row['engines']}{ranks} x {row['router']}"
@@ -275,7 +280,7 @@ def _print_memory_steps(results: list[dict[str, Any]]) -> None:
         key = (row["block_size"], row["max_num_seqs"], _tier(row), _fleet(row))
         if key in previous:
             before = previous[key]
-            fleet = f" ({_fleet(row)})" * (row["engines"] * row.get("dp_size", 1) > 1)
+            fleet = f" ({_fleet(row)})" * (_num_pools(row) > 1)
             lines.append(
                 f"block size {row['block_size']}{fleet}: "
                 f"{row['kv_gib'] - before['kv_gib']:+.2f} GiB of "

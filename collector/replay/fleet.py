@@ -124,8 +124,10 @@ class DataParallelBalancer:
         client = self._client
         client.lb_engines = [[rank.waiting, rank.running, rank.kv_usage] for rank in ranks]
         client.engine_inflight = {
-            identity: rank.waiting + rank.running
-            for identity, rank in zip(client.core_engines, ranks, strict=True)
+            identity: waiting + running
+            for identity, (waiting, running, _) in zip(
+                client.core_engines, client.lb_engines, strict=True
+            )
         }
         client.reqs_in_flight = {}  # no request comes twice: no session to keep on a rank
         request = SimpleNamespace(
