@@ -39,7 +39,7 @@ from pathlib import Path
 
 import duckdb
 from app_queries import OPTIONS, SECRET, Call, time_pages, workload_trace
-from live_refresh import WORKER, timed_refresh
+from live_refresh import WORKER, TimedCopies, Timings, timed_refresh
 
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.model.kv_memory import MODELS, gib_for_blocks
@@ -251,20 +251,28 @@ def live_refresh(run: Path, rounds: int, new_rows: int) -> None:
     store.limit_threads(INGEST_THREADS)
     store.limit_memory(INGEST_MEMORY_LIMIT)
     store.checkpoint_only_when_asked()
-    parts = timed_refresh(store, [], False, INGEST_THREADS)
+    parts = timed_refresh(store, [], None)
     print(f"  first refresh (the whole file is new to this process): {_listed(parts)}")
     for _ in range(rounds):
-        print(f"  nothing new: {_listed(timed_refresh(store, [], False, INGEST_THREADS))}")
-        rows = store.arrow(_NEXT_ROWS, {"rows": new_rows})
-        started = time.perf_counter()
-        store.insert({"events": rows})
-        inserted = {"insert (the new rows)": time.perf_counter() - started}
-        parts = inserted | timed_refresh(store, [], False, INGEST_THREADS)
-        print(f"  {rows.num_rows:,} new: {_listed(parts)}", flush=True)
-    print(f"  and a live copy: {_listed(timed_refresh(store, [], True, INGEST_THREADS))}")
+        print(f"  nothing new: {_listed(timed_refresh(store, [], None))}")
+        print(f"  {new_rows:,} new: {_listed(_timed_new_rows(store, new_rows, None))}", flush=True)
+    copies = TimedCopies(store, INGEST_THREADS)
+    print(f"  and a live copy: {_listed(timed_refresh(store, [], copies))}", flush=True)
+    parts = _timed_new_rows(store, new_rows, copies)
+    carried = "carried over" if copies.carried else "built whole"
+    print(f"  {new_rows:,} new and the next live copy (lifetimes {carried}): {_listed(parts)}")
     store.close()
     work.unlink()
     live_copy_path(work).unlink(missing_ok=True)
+
+
+def _timed_new_rows(store: RunStore, new_rows: int, copies: TimedCopies | None) -> Timings:
+    """Insert the next `new_rows` event rows as a flush does, then refresh (and copy)."""
+    rows = store.arrow(_NEXT_ROWS, {"rows": new_rows})
+    started = time.perf_counter()
+    store.insert({"events": rows})
+    inserted = {"insert (the new rows)": time.perf_counter() - started}
+    return inserted | timed_refresh(store, [], copies)
 
 
 def _listed(parts: dict[str, float]) -> str:

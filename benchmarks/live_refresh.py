@@ -3,7 +3,8 @@
 Every `--live-interval` seconds while records arrive, the collector's writing thread folds
 the new rows into the eviction ages and checkpoints the run file (`LiveCopy.publish`); when
 a live copy is due, a worker thread copies the file's bytes and rebuilds the tables derived
-whole in the copy (collector/store/live_copy.py). This script builds runs of about 1 and 10
+whole in the copy, but for the cache lifetimes, carried over from the copy before
+(collector/store/live_copy.py). This script builds runs of about 1 and 10
 million rows: the sample workload (`kvscope generate`) drawn --copies times and replayed as
 benchmarks/app_queries.py replays it, the stream's last 2 x --batches x --batch-records
 records held back. Each run is built once (minutes) under --cache (default
@@ -38,6 +39,7 @@ from app_queries import OPTIONS, SECRET, workload_trace
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.queries.summary import run_summary
 from collector.replay.replayer import load_requests, replay_into
+from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
 from collector.store.run_file import (
     RunConfig,
     RunFile,
@@ -101,9 +103,9 @@ Timings = dict[str, float]
 WORKER = "live copy: "  # the parts a collector's worker thread does
 
 
-def timed_refresh(store: RunStore, records: list[Event], copy: bool, threads: int) -> Timings:
+def timed_refresh(store: RunStore, records: list[Event], copies: TimedCopies | None) -> Timings:
     """Append `records`, then refresh as a collector's writing thread does, and make a live
-    copy as its worker does if `copy`, part by part."""
+    copy as its worker does if `copies` is given, part by part."""
     timings: Timings = {}
     started = time.perf_counter()
     store.append(records)
@@ -113,27 +115,45 @@ def timed_refresh(store: RunStore, records: list[Event], copy: bool, threads: in
         started = time.perf_counter()
         step()
         timings[name] = time.perf_counter() - started
-    if copy:
-        timings |= timed_live_copy(store, threads)
+    if copies is not None:
+        timings |= copies.make()
     return timings
 
 
-def timed_live_copy(store: RunStore, threads: int) -> Timings:
-    """A live copy of `store`, as `LiveCopy`'s worker makes one, part by part."""
-    timings: Timings = {}
-    temporary = live_copy_draft_path(store.path)
-    started = time.perf_counter()
-    store.copy_file(temporary)
-    timings[f"{WORKER}copy"] = time.perf_counter() - started
-    with RunStore.open_copy(temporary) as copy:
-        copy.limit_threads(threads)
-        copy.limit_memory(INGEST_MEMORY_LIMIT)
-        for name, step in copy.rebuild_steps():
-            started = time.perf_counter()
-            step()
-            timings[f"{WORKER}{name}"] = time.perf_counter() - started
-    temporary.replace(live_copy_path(store.path))
-    return timings
+class TimedCopies:
+    """The live copies of one store, made as `LiveCopy`'s worker makes them (each carrying
+    the cache lifetimes over from the one before where it can), part by part."""
+
+    def __init__(self, store: RunStore, threads: int) -> None:
+        self._store = store
+        self._threads = threads
+        self._carry = LifetimeCarry()
+        self._previous: PreviousCopy | None = None
+
+    def make(self) -> Timings:
+        """Copy the file, rebuild its derived tables and publish it; each part's seconds."""
+        timings: Timings = {}
+        temporary = live_copy_draft_path(self._store.path)
+        started = time.perf_counter()
+        self._store.copy_file(temporary)
+        timings[f"{WORKER}copy"] = time.perf_counter() - started
+        with RunStore.open_copy(temporary) as copy:
+            copy.limit_threads(self._threads)
+            copy.limit_memory(INGEST_MEMORY_LIMIT)
+            for name, step in copy.rebuild_steps(self._carry, self._previous):
+                started = time.perf_counter()
+                step()
+                timings[f"{WORKER}{name}"] = time.perf_counter() - started
+        path = live_copy_path(self._store.path)
+        temporary.replace(path)
+        assert self._carry.marks is not None
+        self._previous = PreviousCopy(path, self._carry.marks)
+        return timings
+
+    @property
+    def carried(self) -> bool:
+        """Whether the last copy carried its cache lifetimes over from the one before."""
+        return self._carry.carried
 
 
 def measure(
@@ -152,12 +172,13 @@ def measure(
     resume_s = time.perf_counter() - started
     store.limit_threads(threads)
     store.checkpoint_only_when_asked()
-    rounds = {"first refresh": [timed_refresh(store, [], True, threads)]}
+    copies = TimedCopies(store, threads)
+    rounds = {"first refresh": [timed_refresh(store, [], copies)]}
     for _ in range(batches):
-        rounds.setdefault("nothing new", []).append(timed_refresh(store, [], False, threads))
-        new = timed_refresh(store, next(new_batches), False, threads)
+        rounds.setdefault("nothing new", []).append(timed_refresh(store, [], None))
+        new = timed_refresh(store, next(new_batches), None)
         rounds.setdefault(f"{size:,} new", []).append(new)
-        copied = timed_refresh(store, next(new_batches), True, threads)
+        copied = timed_refresh(store, next(new_batches), copies)
         rounds.setdefault(f"{size:,} new, copy", []).append(copied)
     store.close()
     work.unlink()

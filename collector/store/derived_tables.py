@@ -16,6 +16,7 @@ from functools import partial
 import duckdb
 
 from collector.store.eviction_ages import EvictionAges
+from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
 from collector.store.schema import DERIVED_STATEMENTS
 
 Step = tuple[str, Callable[[], object]]
@@ -42,12 +43,22 @@ class DerivedTables:
         return steps
 
 
-def rebuild_steps(connection: duckdb.DuckDBPyConnection) -> list[Step]:
-    """The statements that rebuild the tables derived whole, each named by its table."""
-    return [
-        (_table_made_by(statement), partial(connection.execute, statement))
-        for statement in DERIVED_STATEMENTS
-    ]
+def rebuild_steps(
+    connection: duckdb.DuckDBPyConnection,
+    carry: LifetimeCarry | None = None,
+    previous: PreviousCopy | None = None,
+) -> list[Step]:
+    """The statements that rebuild the tables derived whole, each named by its table; with
+    `carry`, the cache lifetimes are carried over from the `previous` copy where they can be
+    (lifetime_carry.py)."""
+    steps: list[Step] = []
+    for statement in DERIVED_STATEMENTS:
+        table = _table_made_by(statement)
+        if table == "cache_lifetimes" and carry is not None:
+            steps.append((table, partial(carry.build, connection, previous)))
+        else:
+            steps.append((table, partial(connection.execute, statement)))
+    return steps
 
 
 def _table_made_by(statement: str) -> str:

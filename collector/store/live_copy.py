@@ -13,7 +13,8 @@ what is new), and a worker thread then
   the last checkpoint's state (`RunStore.copy_file`), and the writer holds its checkpoints
   back until the copy is read (DuckDB's automatic ones are off, `checkpoint_only_when_asked`);
 - rebuilds the tables derived whole in the copy, with a DuckDB of its own on `threads`
-  threads and `memory_limit`;
+  threads and `memory_limit`, but for the cache lifetimes, which it carries over from the
+  copy before and derives from the new rows only (lifetime_carry.py);
 - renames the copy over `RUN.duckdb.live`: readers see the old copy or the new, whole.
 
 The copy lags the events by one copy and rebuild. While those take under PUBLISH_ALWAYS_S,
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 
+from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
 from collector.store.run_file import RunStore, live_copy_draft_path, live_copy_path
 
 PUBLISH_ALWAYS_S = 1.0
@@ -49,7 +51,10 @@ class LiveCopy:
         self._copy: RunStore | None = None  # the copy the worker rebuilds, to interrupt it
         self._closing = False
         self._last: tuple[float, float] | None = None  # when the last copy ended, its seconds
+        self._carry = LifetimeCarry()
+        self._previous: PreviousCopy | None = None  # the copy published last
         self.published = 0
+        self.carried = 0  # copies whose cache lifetimes were carried over from the one before
         self.failures: list[str] = []
         store.checkpoint_only_when_asked()
 
@@ -106,10 +111,13 @@ class LiveCopy:
                 self._copy = copy
                 copy.limit_threads(self._threads)
                 copy.limit_memory(self._memory_limit)
-                for _, step in copy.rebuild_steps():
+                for _, step in copy.rebuild_steps(self._carry, self._previous):
                     step()
             os.replace(self._temporary, self.path)
+            assert self._carry.marks is not None
+            self._previous = PreviousCopy(self.path, self._carry.marks)
             self.published += 1
+            self.carried += self._carry.carried
         except Exception as error:  # the run file is whole; the next copy tries again
             self._temporary.unlink(missing_ok=True)
             if self._closing:

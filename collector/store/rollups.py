@@ -12,20 +12,21 @@ not millions of events.
   most blocks the group held at once (from pool records that say, per group);
 - `cache_lifetimes`: one row per store: when the block hash entered the cache, when it left
   (evicted, cleared by a reset, or still cached at the end), who stored it, and how many
-  hits it got meanwhile (each hit goes to the latest store of its hash before it), all on
-  the engine (and DP rank) that stored it;
+  hits it got meanwhile (each hit goes to its block's latest store before it, while that
+  store is cached: the hits the eviction ages count), all on the engine (and DP rank) that
+  stored it, and the root of the storing request's prefix family;
 - `prefix_blocks`: one row per block hash: its parent, position, hits, stores, evictions,
   first and last use, time cached, the tenant and adapter that first stored it;
 - `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (the
-  latest store of the hash before the hit), with both cache salts;
+  latest store of the block before the hit), with both cache salts;
 - `family_hits`: per time bucket and prefix family (the block hashes under one first block),
   block hits and the sum of their positions (for the attention term of compute saved);
 - `fleet_states`: on a run of several engines, the fleet's cached and duplicated blocks
   after each change (below).
 
 A hybrid model caches each prefix once per KV cache group (`kv_group`). The block heat and
-the lifetimes keep every group's blocks (each holds memory); a hit goes to the latest store
-of its hash in its own group. The prefix rollups (`prefix_blocks`, `tenant_sharing`,
+the lifetimes keep every group's blocks (each holds memory; block ids are the pool's, one
+group's at a time). The prefix rollups (`prefix_blocks`, `tenant_sharing`,
 `family_hits`) count the reference group only: the run's first full-attention group (else
 group 0), the one that reuses a prefix whole, from its first block, so that a prefix's hits
 are counted once and its tree has its root.
@@ -207,85 +208,95 @@ FULL JOIN pool_buckets USING (bucket, kv_group)
 ORDER BY bucket, kv_group
 """
 
-_CACHE_LIFETIMES = """
+
+# `cache_lifetimes`, from every event row (`first_row` 0), or carried over from the previous
+# copy of a run being written (`carried`, collector/store/lifetime_carry.py): its closed
+# lifetimes as they were, its open ones and the stores from event row `first_row` on
+# matched to the evictions, resets and hits from that row on. A hit goes to its block's
+# latest store before it, while that store is cached (the eviction ages count the same
+# hits), so a closed lifetime is final.
+def cache_lifetimes_statement(first_row: int = 0, carried: str | None = None) -> str:
+    """The statement that builds `cache_lifetimes` (above); `carried` names the previous
+    table whose lifetimes stand as they were up to event row `first_row`."""
+    fresh = f"AND rowid >= {int(first_row)}" if carried else ""
+    of_new_stores = "AND request_id IN (SELECT request_id FROM new_stores)" if carried else ""
+    still_open = (
+        f"""UNION ALL
+        SELECT engine, rank, store_seq, stored_ns, block_id, block_hash, parent_hash,
+            block_position, kv_group, stored_by, tenant, lora, salt_hash, root_hash, hits
+        FROM {carried} WHERE ended_by IS NULL"""
+        if carried
+        else ""
+    )
+    closed = f"UNION ALL SELECT * FROM {carried} WHERE ended_by IS NOT NULL" if carried else ""
+    order = "" if carried else "ORDER BY engine, rank, store_seq, block_position"
+    return f"""
 CREATE OR REPLACE TABLE cache_lifetimes AS
-WITH request_roots AS (
+WITH engine_events AS (
+    -- Block ids and record numbers hold within one engine (and DP rank) only.
+    SELECT seq, ts_ns, kind, block_id, block_hash, parent_hash, block_position, request_id,
+        coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+        coalesce(kv_group, 0) AS kv_group
+    FROM events
+    WHERE kind IN ('store', 'evict', 'reset', 'hit') {fresh}
+),
+new_stores AS (SELECT * FROM engine_events WHERE kind = 'store'),
+request_roots AS (
+    -- the first block of a request in the reference group: the root of its prefix family
     SELECT request_id, any_value(block_hash) AS root_hash
     FROM events
-    WHERE kind IN ('hit', 'store') AND block_position = 0
+    WHERE kind IN ('hit', 'store') AND block_position = 0 AND {IN_REFERENCE_GROUP}
+        {of_new_stores}
     GROUP BY request_id
 ),
-engine_events AS (
-    -- Block ids and record numbers hold within one engine (and DP rank) only.
-    SELECT *, coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
-        coalesce(kv_group, 0) AS group_id
-    FROM events
-    WHERE kind IN ('store', 'evict', 'reset', 'hit')
-),
 stores AS (
-    SELECT engine, rank, seq, ts_ns, block_id, block_hash, parent_hash, block_position,
-        request_id, group_id AS kv_group
-    FROM engine_events
-    WHERE kind = 'store'
+    SELECT engine, rank, seq AS store_seq, ts_ns AS stored_ns, block_id, block_hash,
+        parent_hash, block_position, kv_group, request_id AS stored_by, requests.tenant,
+        requests.lora, requests.salt_hash, request_roots.root_hash, 0 AS hits
+    FROM new_stores
+    LEFT JOIN requests USING (request_id)
+    LEFT JOIN request_roots USING (request_id)
+    {still_open}
 ),
 evictions AS (SELECT engine, rank, seq, ts_ns, block_id FROM engine_events WHERE kind = 'evict'),
 resets AS (SELECT engine, rank, seq, ts_ns FROM engine_events WHERE kind = 'reset'),
-hits AS (
-    SELECT engine, rank, seq, block_hash, group_id AS kv_group
-    FROM engine_events
-    WHERE kind = 'hit'
+ended AS (
+    SELECT stores.*,
+        evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
+            AS evicted,
+        CASE WHEN evicted THEN 'evict' WHEN resets.seq IS NOT NULL THEN 'reset' END
+            AS ended_by,
+        CASE WHEN evicted THEN evictions.seq ELSE resets.seq END AS ended_seq,
+        CASE WHEN evicted THEN evictions.ts_ns ELSE resets.ts_ns END AS ended_at
+    FROM stores
+    ASOF LEFT JOIN evictions
+        ON stores.engine = evictions.engine AND stores.rank = evictions.rank
+        AND stores.block_id = evictions.block_id AND evictions.seq > stores.store_seq
+    ASOF LEFT JOIN resets
+        ON stores.engine = resets.engine AND stores.rank = resets.rank
+        AND resets.seq > stores.store_seq
 ),
+hits AS (SELECT engine, rank, seq, block_id FROM engine_events WHERE kind = 'hit'),
 lifetime_hits AS (
-    SELECT stores.engine, stores.rank, stores.seq AS store_seq, stores.block_hash,
-        count(*) AS hits
+    SELECT ended.engine, ended.rank, ended.store_seq, ended.block_id, count(*) AS new_hits
     FROM hits
-    ASOF JOIN stores
-        ON hits.engine = stores.engine AND hits.rank = stores.rank
-        AND hits.block_hash = stores.block_hash AND hits.kv_group = stores.kv_group
-        AND stores.seq < hits.seq
+    ASOF JOIN ended
+        ON hits.engine = ended.engine AND hits.rank = ended.rank
+        AND hits.block_id = ended.block_id AND ended.store_seq < hits.seq
+    WHERE ended.ended_seq IS NULL OR hits.seq < ended.ended_seq
     GROUP BY ALL
 )
 SELECT
-    stores.block_hash,
-    stores.parent_hash,
-    stores.block_position,
-    stores.block_id,
-    stores.kv_group,
-    stores.seq AS store_seq,
-    stores.ts_ns AS stored_ns,
-    CASE
-        WHEN evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
-            THEN evictions.ts_ns
-        WHEN resets.seq IS NOT NULL THEN resets.ts_ns
-        ELSE grid.end_ns
-    END AS ended_ns,
-    CASE
-        WHEN evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
-            THEN 'evict'
-        WHEN resets.seq IS NOT NULL THEN 'reset'
-    END AS ended_by,
-    stores.request_id AS stored_by,
-    requests.tenant,
-    requests.lora,
-    requests.salt_hash,
-    request_roots.root_hash,
-    coalesce(lifetime_hits.hits, 0) AS hits,
-    stores.engine,
-    stores.rank
-FROM stores
-ASOF LEFT JOIN evictions
-    ON stores.engine = evictions.engine AND stores.rank = evictions.rank
-    AND stores.block_id = evictions.block_id AND evictions.seq > stores.seq
-ASOF LEFT JOIN resets
-    ON stores.engine = resets.engine AND stores.rank = resets.rank AND resets.seq > stores.seq
-LEFT JOIN requests ON requests.request_id = stores.request_id
-LEFT JOIN request_roots ON request_roots.request_id = stores.request_id
-LEFT JOIN lifetime_hits
-    ON lifetime_hits.engine = stores.engine AND lifetime_hits.rank = stores.rank
-    AND lifetime_hits.store_seq = stores.seq AND lifetime_hits.block_hash = stores.block_hash
+    block_hash, parent_hash, block_position, block_id, kv_group, store_seq, stored_ns,
+    coalesce(ended_at, grid.end_ns) AS ended_ns, ended_by, stored_by, tenant, lora,
+    salt_hash, root_hash, hits + coalesce(new_hits, 0) AS hits, engine, rank
+FROM ended
+LEFT JOIN lifetime_hits USING (engine, rank, store_seq, block_id)
 CROSS JOIN rollup_grid AS grid
-ORDER BY stores.engine, stores.rank, stores.seq, stores.block_position
+{closed}
+{order}
 """
+
 
 _PREFIX_BLOCKS = f"""
 CREATE OR REPLACE TABLE prefix_blocks AS
@@ -341,7 +352,7 @@ ORDER BY used.hits DESC, block_position, used.block_hash
 _TENANT_SHARING = f"""
 CREATE OR REPLACE TABLE tenant_sharing AS
 WITH hits AS (
-    SELECT seq, ts_ns, block_hash, request_id, coalesce(kv_group, 0) AS kv_group,
+    SELECT seq, ts_ns, block_id, request_id,
         coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
     FROM events
     WHERE kind = 'hit' AND {IN_REFERENCE_GROUP}
@@ -358,8 +369,7 @@ SELECT
 FROM hits
 ASOF LEFT JOIN cache_lifetimes
     ON hits.engine = cache_lifetimes.engine AND hits.rank = cache_lifetimes.rank
-    AND hits.block_hash = cache_lifetimes.block_hash AND hits.kv_group = cache_lifetimes.kv_group
-    AND cache_lifetimes.store_seq < hits.seq
+    AND hits.block_id = cache_lifetimes.block_id AND cache_lifetimes.store_seq < hits.seq
 LEFT JOIN requests ON requests.request_id = hits.request_id
 CROSS JOIN rollup_grid AS grid
 GROUP BY ALL
@@ -465,7 +475,7 @@ ROLLUP_STATEMENTS = (
     _TIME_ROLLUP,
     _BLOCK_HEAT,
     _GROUP_ROLLUP,
-    _CACHE_LIFETIMES,
+    cache_lifetimes_statement(),
     _PREFIX_BLOCKS,
     _TENANT_SHARING,
     _FAMILY_HITS,

@@ -1,0 +1,123 @@
+"""The cache lifetimes a live copy carries over from the copy before it, so that a copy's
+`cache_lifetimes`, the largest of the tables derived whole (rollups.py), costs what is new
+since the last copy rather than what the run holds.
+
+A lifetime that has ended (its block evicted, or the cache reset) is final: the hits after
+it go to its block's later stores. So the next copy keeps the closed lifetimes of the copy
+before it as they were, and matches only the open ones and the stores from the first new
+event row on to the evictions, resets and hits from that row on
+(`rollups.cache_lifetimes_statement`). A run file's event rows are never deleted, so the
+rows of a copy are those of the copy before it and then the new ones.
+
+This equals building the table from every event row, as long as each engine's new rows
+come after its rows of the copy before (record numbers above its last), which an engine's
+one connection to its collector keeps, and the run's settings are unchanged. A copy where
+either fails (an engine restarted under the same engine id numbers its records from 0
+again; the first engine to connect sets the run's settings) builds the table whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from collector.store.rollups import cache_lifetimes_statement
+
+_PREVIOUS = "previous_copy"
+_SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
+_LAST_SEQS = """
+    SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+        min(seq) AS first_seq, max(seq) AS last_seq
+    FROM events
+    WHERE rowid >= $first
+    GROUP BY ALL
+"""
+
+EngineSeqs = dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class CopyMarks:
+    """Where a copy's events end: its event rows, each engine's last record number, and the
+    run's settings its lifetimes were derived under."""
+
+    num_rows: int
+    last_seqs: EngineSeqs
+    settings: tuple[object, ...]
+
+
+@dataclass(frozen=True)
+class PreviousCopy:
+    """The copy before, published at `path`, and its marks."""
+
+    path: Path
+    marks: CopyMarks
+
+
+class LifetimeCarry:
+    """Builds `cache_lifetimes` in a copy, carried over from the copy before when that holds
+    (above), else from every event row."""
+
+    def __init__(self) -> None:
+        self.marks: CopyMarks | None = None  # of the copy last built here
+        self.carried = False  # whether that copy's lifetimes were carried over
+
+    def build(self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None) -> None:
+        """Build the table in `connection`'s copy and note its marks."""
+        new = _new_rows(connection, previous)
+        settings = _settings(connection)
+        if previous is None or new is None or settings != previous.marks.settings:
+            connection.execute(cache_lifetimes_statement())
+            self.marks = CopyMarks(_num_rows(connection), _last_seqs(connection, 0), settings)
+            self.carried = False
+            return
+        connection.execute(f"ATTACH '{_quoted(previous.path)}' AS {_PREVIOUS} (READ_ONLY)")
+        try:
+            connection.execute(
+                cache_lifetimes_statement(previous.marks.num_rows, f"{_PREVIOUS}.cache_lifetimes")
+            )
+        finally:
+            connection.execute(f"DETACH {_PREVIOUS}")
+        num_rows, new_seqs = new
+        self.marks = CopyMarks(num_rows, previous.marks.last_seqs | new_seqs, settings)
+        self.carried = True
+
+
+def _new_rows(
+    connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None
+) -> tuple[int, EngineSeqs] | None:
+    """The copy's event rows and each engine's last record number among the rows new since
+    `previous`; None when the new rows do not follow on from it (above)."""
+    if previous is None or not previous.path.exists():
+        return None
+    num_rows = _num_rows(connection)
+    first = previous.marks.num_rows
+    if num_rows < first:
+        return None
+    rows = connection.execute(_LAST_SEQS, {"first": first}).fetchall()
+    before = previous.marks.last_seqs
+    if any((engine, rank) in before and first_seq <= before[engine, rank]
+           for engine, rank, first_seq, _ in rows):  # fmt: skip
+        return None
+    return num_rows, {(engine, rank): last_seq for engine, rank, _, last_seq in rows}
+
+
+def _last_seqs(connection: duckdb.DuckDBPyConnection, first: int) -> EngineSeqs:
+    rows = connection.execute(_LAST_SEQS, {"first": first}).fetchall()
+    return {(engine, rank): last_seq for engine, rank, _, last_seq in rows}
+
+
+def _num_rows(connection: duckdb.DuckDBPyConnection) -> int:
+    row = connection.execute("SELECT count(*) FROM events").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _settings(connection: duckdb.DuckDBPyConnection) -> tuple[object, ...]:
+    row = connection.execute(_SETTINGS).fetchone()
+    return tuple(row) if row else ()
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")
