@@ -39,7 +39,7 @@ from app_queries import OPTIONS, SECRET, workload_trace
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.queries.summary import run_summary
 from collector.replay.replayer import load_requests, replay_into
-from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
+from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.run_file import (
     RunConfig,
     RunFile,
@@ -127,7 +127,7 @@ class TimedCopies:
     def __init__(self, store: RunStore, threads: int) -> None:
         self._store = store
         self._threads = threads
-        self._carry = LifetimeCarry()
+        self._carry = CopyCarry()
         self._previous: PreviousCopy | None = None
 
     def make(self) -> Timings:

@@ -15,8 +15,8 @@ from functools import partial
 
 import duckdb
 
+from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.eviction_ages import EvictionAges
-from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
 from collector.store.schema import DERIVED_STATEMENTS
 
 Step = tuple[str, Callable[[], object]]
@@ -45,19 +45,17 @@ class DerivedTables:
 
 def rebuild_steps(
     connection: duckdb.DuckDBPyConnection,
-    carry: LifetimeCarry | None = None,
+    carry: CopyCarry | None = None,
     previous: PreviousCopy | None = None,
 ) -> list[Step]:
     """The statements that rebuild the tables derived whole, each named by its table; with
-    `carry`, the cache lifetimes are carried over from the `previous` copy where they can be
-    (lifetime_carry.py)."""
+    `carry`, the cache lifetimes and fleet states are carried over from the `previous` copy
+    where they can be (copy_carry.py)."""
+    carried = carry.steps(connection, previous) if carry is not None else {}
     steps: list[Step] = []
     for statement in DERIVED_STATEMENTS:
         table = _table_made_by(statement)
-        if table == "cache_lifetimes" and carry is not None:
-            steps.append((table, partial(carry.build, connection, previous)))
-        else:
-            steps.append((table, partial(connection.execute, statement)))
+        steps.append((table, carried.get(table, partial(connection.execute, statement))))
     return steps
 
 

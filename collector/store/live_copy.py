@@ -13,8 +13,8 @@ what is new), and a worker thread then
   the last checkpoint's state (`RunStore.copy_file`), and the writer holds its checkpoints
   back until the copy is read (DuckDB's automatic ones are off, `checkpoint_only_when_asked`);
 - rebuilds the tables derived whole in the copy, with a DuckDB of its own on `threads`
-  threads and `memory_limit`, but for the cache lifetimes, which it carries over from the
-  copy before and derives from the new rows only (lifetime_carry.py);
+  threads and `memory_limit`, but for the cache lifetimes and the fleet's states, which it
+  carries over from the copy before and derives from what is new only (copy_carry.py);
 - renames the copy over `RUN.duckdb.live`: readers see the old copy or the new, whole.
 
 The copy lags the events by one copy and rebuild. While those take under PUBLISH_ALWAYS_S,
@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
+from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.run_file import RunStore, live_copy_draft_path, live_copy_path
 
 PUBLISH_ALWAYS_S = 1.0
@@ -51,7 +51,7 @@ class LiveCopy:
         self._copy: RunStore | None = None  # the copy the worker rebuilds, to interrupt it
         self._closing = False
         self._last: tuple[float, float] | None = None  # when the last copy ended, its seconds
-        self._carry = LifetimeCarry()
+        self._carry = CopyCarry()
         self._previous: PreviousCopy | None = None  # the copy published last
         self.published = 0
         self.carried = 0  # copies whose cache lifetimes were carried over from the one before

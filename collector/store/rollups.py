@@ -210,7 +210,7 @@ ORDER BY bucket, kv_group
 
 
 # `cache_lifetimes`, from every event row (`first_row` 0), or carried over from the previous
-# copy of a run being written (`carried`, collector/store/lifetime_carry.py): its closed
+# copy of a run being written (`carried`, collector/store/copy_carry.py): its closed
 # lifetimes as they were, its open ones and the stores from event row `first_row` on
 # matched to the evictions, resets and hits from that row on. A hit goes to its block's
 # latest store before it, while that store is cached (the eviction ages count the same
@@ -391,6 +391,7 @@ GROUP BY ALL
 ORDER BY bucket, prefix_blocks.root_hash
 """
 
+
 # `fleet_states`: on a run of several engines (none on one), the fleet's cache after each
 # moment it changed: `cached_blocks` (every copy on every engine), `duplicated_hashes` (hashes
 # held by more than one engine) and `duplicated_blocks` (the copies beyond the first
@@ -401,14 +402,51 @@ ORDER BY bucket, prefix_blocks.root_hash
 # per engine and hash, then engines per hash, then the fleet. Built with the rollups because
 # it takes minutes at 100 million events (benchmarks/large_run.py); a time window's states
 # are these cut to the window (collector/queries/fleet.py).
-_FLEET_STATES = """
+def fleet_states_statement(since_ns: int | None = None, carried: str | None = None) -> str:
+    """The statement that builds `fleet_states` (above); with `carried`, the previous table,
+    whose states before `since_ns` stand (no lifetime that begins or ends before it
+    changed): the states from `since_ns` on are derived from the lifetimes cached then or
+    after, cut to begin there, and the state at `since_ns` kept only where a lifetime
+    really begins or ends (copy_carry.py)."""
+    cut = (
+        f"""SELECT engine_id, dp_rank, block_hash, kv_group,
+            greatest(stored_ns, {since_ns}) AS stored_ns, ended_ns
+        FROM whole_lifetimes WHERE ended_ns > {since_ns}"""
+        if carried
+        else "SELECT * FROM whole_lifetimes"
+    )
+    result = (
+        f""",
+    new_states AS (
+        SELECT ts_ns, until_ns, cached_blocks, duplicated_hashes, duplicated_blocks
+        FROM states
+        WHERE ts_ns > {since_ns} OR EXISTS (
+            SELECT 1 FROM whole_lifetimes
+            WHERE ended_ns > stored_ns AND (stored_ns = {since_ns} OR ended_ns = {since_ns})
+        )
+    ),
+    kept AS (SELECT * FROM {carried} WHERE ts_ns < {since_ns})
+    SELECT ts_ns,
+        CASE WHEN ts_ns = (SELECT max(ts_ns) FROM kept) THEN coalesce(
+            (SELECT min(ts_ns) FROM new_states), (SELECT end_ns FROM fleet_span)
+        ) ELSE until_ns END AS until_ns,
+        cached_blocks, duplicated_hashes, duplicated_blocks
+    FROM kept
+    UNION ALL
+    SELECT * FROM new_states"""
+        if carried
+        else """SELECT ts_ns, until_ns, cached_blocks, duplicated_hashes, duplicated_blocks
+    FROM states
+    ORDER BY ts_ns"""
+    )
+    return f"""
 CREATE OR REPLACE TABLE fleet_states AS
     WITH fleet_span AS (
         -- the run's first record to just past its last, as a whole-run timeline spans it
         SELECT min(ts_ns) AS start_ns, max(ts_ns) + 1 AS end_ns
         FROM (SELECT ts_ns FROM events UNION ALL SELECT ts_ns FROM pool)
     ),
-    lifetimes AS (
+    whole_lifetimes AS (
         SELECT engine AS engine_id, rank AS dp_rank, block_hash, kv_group,
             greatest(stored_ns, span.start_ns) AS stored_ns,
             CASE WHEN ended_by IS NULL THEN span.end_ns ELSE least(ended_ns, span.end_ns) END
@@ -417,6 +455,7 @@ CREATE OR REPLACE TABLE fleet_states AS
         WHERE stored_ns < span.end_ns
             AND (SELECT count(DISTINCT (engine, rank)) FROM cache_lifetimes) > 1
     ),
+    lifetimes AS ({cut}),
     changes AS (
         SELECT engine_id, dp_rank, block_hash, kv_group, stored_ns AS ts_ns, 1 AS change
         FROM lifetimes WHERE ended_ns > stored_ns
@@ -463,10 +502,9 @@ CREATE OR REPLACE TABLE fleet_states AS
         FROM hash_changes GROUP BY ts_ns
         WINDOW by_time AS (ORDER BY ts_ns)
     )
-    SELECT ts_ns, until_ns, cached_blocks, duplicated_hashes, duplicated_blocks
-    FROM states
-    ORDER BY ts_ns
+    {result}
 """
+
 
 # In build order: each may read the ones before it (and the `requests` table).
 ROLLUP_STATEMENTS = (
@@ -479,5 +517,5 @@ ROLLUP_STATEMENTS = (
     _PREFIX_BLOCKS,
     _TENANT_SHARING,
     _FAMILY_HITS,
-    _FLEET_STATES,
+    fleet_states_statement(),
 )

@@ -23,9 +23,9 @@ import pandas as pd
 import pyarrow as pa
 
 from collector.store.cache_mirror import BLOCK_STATES_SQL, CacheMirrors
+from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.derived_tables import DerivedTables, Step, rebuild_steps
 from collector.store.ingest import to_batch
-from collector.store.lifetime_carry import LifetimeCarry, PreviousCopy
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 from engine_hooks.events import Event
 
@@ -289,11 +289,11 @@ class RunStore(RunFile):
         return self._derived.steps(rebuild)
 
     def rebuild_steps(
-        self, carry: LifetimeCarry | None = None, previous: PreviousCopy | None = None
+        self, carry: CopyCarry | None = None, previous: PreviousCopy | None = None
     ) -> list[Step]:
         """The statements that rebuild this file's tables derived whole, each named; with
-        `carry`, the cache lifetimes carried over from the `previous` copy where they can be
-        (`collector/store/lifetime_carry.py`)."""
+        `carry`, the cache lifetimes and fleet states carried over from the `previous` copy
+        where they can be (`collector/store/copy_carry.py`)."""
         return rebuild_steps(self._connection, carry, previous)
 
     def checkpoint(self) -> None:

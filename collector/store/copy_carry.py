@@ -1,6 +1,6 @@
-"""The cache lifetimes a live copy carries over from the copy before it, so that a copy's
-`cache_lifetimes`, the largest of the tables derived whole (rollups.py), costs what is new
-since the last copy rather than what the run holds.
+"""What a live copy carries over from the copy before it, so that the largest of the tables
+derived whole (rollups.py), `cache_lifetimes` and `fleet_states`, cost what is new since
+the last copy rather than what the run holds.
 
 A lifetime that has ended (its block evicted, or the cache reset) is final: the hits after
 it go to its block's later stores. So the next copy keeps the closed lifetimes of the copy
@@ -9,30 +9,44 @@ event row on to the evictions, resets and hits from that row on
 (`rollups.cache_lifetimes_statement`). A run file's event rows are never deleted, so the
 rows of a copy are those of the copy before it and then the new ones.
 
-This equals building the table from every event row, as long as each engine's new rows
+The fleet's states then change from the earliest of the new rows' times and the end of the
+copy before (where its open lifetimes ended) on: the states before it stand, and those
+from it on are derived from the lifetimes cached then or after
+(`rollups.fleet_states_statement`), a few per cached block.
+
+This equals building the tables from every event row, as long as each engine's new rows
 come after its rows of the copy before (record numbers above its last), which an engine's
 one connection to its collector keeps, and the run's settings are unchanged. A copy where
 either fails (an engine restarted under the same engine id numbers its records from 0
-again; the first engine to connect sets the run's settings) builds the table whole.
+again; the first engine to connect sets the run's settings) builds them whole.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
 
-from collector.store.rollups import cache_lifetimes_statement
+from collector.store.rollups import cache_lifetimes_statement, fleet_states_statement
 
 _PREVIOUS = "previous_copy"
 _SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
-_LAST_SEQS = """
+_NEW_SEQS = """
     SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
         min(seq) AS first_seq, max(seq) AS last_seq
     FROM events
     WHERE rowid >= $first
     GROUP BY ALL
+"""
+# Where the fleet's states may change from: the end of the copy before (where its open
+# lifetimes ended; none if it had no states) and the earliest new store, eviction or reset.
+_STATES_CHANGE_FROM = f"""
+    SELECT (SELECT max(until_ns) FROM {_PREVIOUS}.fleet_states),
+        (SELECT min(ts_ns) FROM events
+         WHERE rowid >= $first AND kind IN ('store', 'evict', 'reset'))
 """
 
 EngineSeqs = dict[tuple[str, int], int]
@@ -41,7 +55,7 @@ EngineSeqs = dict[tuple[str, int], int]
 @dataclass(frozen=True)
 class CopyMarks:
     """Where a copy's events end: its event rows, each engine's last record number, and the
-    run's settings its lifetimes were derived under."""
+    run's settings its tables were derived under."""
 
     num_rows: int
     last_seqs: EngineSeqs
@@ -56,33 +70,54 @@ class PreviousCopy:
     marks: CopyMarks
 
 
-class LifetimeCarry:
-    """Builds `cache_lifetimes` in a copy, carried over from the copy before when that holds
-    (above), else from every event row."""
+class CopyCarry:
+    """Builds `cache_lifetimes` and `fleet_states` in a copy, carried over from the copy
+    before when that holds (above), else from every event row."""
 
     def __init__(self) -> None:
         self.marks: CopyMarks | None = None  # of the copy last built here
-        self.carried = False  # whether that copy's lifetimes were carried over
+        self.carried = False  # whether that copy's tables were carried over
+        self._first_new = 0  # the copy's first event row new since the copy before
 
-    def build(self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None) -> None:
-        """Build the table in `connection`'s copy and note its marks."""
+    def steps(
+        self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None
+    ) -> dict[str, Callable[[], None]]:
+        """The steps that build the carried tables, by table, in the rebuild's order."""
+        return {
+            "cache_lifetimes": partial(self._lifetimes, connection, previous),
+            "fleet_states": partial(self._fleet_states, connection),
+        }
+
+    def _lifetimes(
+        self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None
+    ) -> None:
         new = _new_rows(connection, previous)
         settings = _settings(connection)
         if previous is None or new is None or settings != previous.marks.settings:
             connection.execute(cache_lifetimes_statement())
-            self.marks = CopyMarks(_num_rows(connection), _last_seqs(connection, 0), settings)
+            self.marks = CopyMarks(_num_rows(connection), _new_seqs(connection, 0), settings)
             self.carried = False
             return
         connection.execute(f"ATTACH '{_quoted(previous.path)}' AS {_PREVIOUS} (READ_ONLY)")
-        try:
-            connection.execute(
-                cache_lifetimes_statement(previous.marks.num_rows, f"{_PREVIOUS}.cache_lifetimes")
-            )
-        finally:
-            connection.execute(f"DETACH {_PREVIOUS}")
+        self._first_new = previous.marks.num_rows
+        connection.execute(
+            cache_lifetimes_statement(self._first_new, f"{_PREVIOUS}.cache_lifetimes")
+        )
         num_rows, new_seqs = new
         self.marks = CopyMarks(num_rows, previous.marks.last_seqs | new_seqs, settings)
         self.carried = True
+
+    def _fleet_states(self, connection: duckdb.DuckDBPyConnection) -> None:
+        if not self.carried:
+            connection.execute(fleet_states_statement())
+            return
+        row = connection.execute(_STATES_CHANGE_FROM, {"first": self._first_new}).fetchone()
+        if row is None or row[0] is None:  # one engine before: no states to carry
+            connection.execute(fleet_states_statement())
+        else:
+            since_ns = min(int(value) for value in row if value is not None)
+            connection.execute(fleet_states_statement(since_ns, f"{_PREVIOUS}.fleet_states"))
+        connection.execute(f"DETACH {_PREVIOUS}")
 
 
 def _new_rows(
@@ -96,7 +131,7 @@ def _new_rows(
     first = previous.marks.num_rows
     if num_rows < first:
         return None
-    rows = connection.execute(_LAST_SEQS, {"first": first}).fetchall()
+    rows = connection.execute(_NEW_SEQS, {"first": first}).fetchall()
     before = previous.marks.last_seqs
     if any((engine, rank) in before and first_seq <= before[engine, rank]
            for engine, rank, first_seq, _ in rows):  # fmt: skip
@@ -104,8 +139,8 @@ def _new_rows(
     return num_rows, {(engine, rank): last_seq for engine, rank, _, last_seq in rows}
 
 
-def _last_seqs(connection: duckdb.DuckDBPyConnection, first: int) -> EngineSeqs:
-    rows = connection.execute(_LAST_SEQS, {"first": first}).fetchall()
+def _new_seqs(connection: duckdb.DuckDBPyConnection, first: int) -> EngineSeqs:
+    rows = connection.execute(_NEW_SEQS, {"first": first}).fetchall()
     return {(engine, rank): last_seq for engine, rank, _, last_seq in rows}
 
 

@@ -1,12 +1,13 @@
-"""The cache lifetimes a live copy carries over from the copy before it
-(collector/store/lifetime_carry.py) equal those built from every event row: copy after copy
-while two engines run, across evictions and a cache reset; and a copy whose new rows do not
-follow on from the copy before builds them whole."""
+"""The cache lifetimes and fleet states a live copy carries over from the copy before it
+(collector/store/copy_carry.py) equal those built from every event row: copy after copy
+while two engines run (their clocks apart), across evictions and a cache reset; and a copy
+whose new rows do not follow on from the copy before builds them whole."""
 
 from __future__ import annotations
 
 import itertools
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported
 
 SETTINGS = CacheSettings(block_size=16, num_blocks=120)  # small: blocks are evicted and reused
 CONFIG = RunConfig("test", SETTINGS.block_size, SETTINGS.num_blocks, "sha256", "test")
-COLUMNS = "* EXCLUDE (ended_ns), ended_ns"
+CARRIED = ("cache_lifetimes", "fleet_states")
 
 
 def two_engines(num_requests: int) -> list[list[Event]]:
@@ -36,24 +37,21 @@ def two_engines(num_requests: int) -> list[list[Event]]:
     return [step for pair in itertools.zip_longest(engine_a, engine_b) for step in pair if step]
 
 
-def whole_lifetimes(copy: Path, scratch: Path) -> set[tuple[object, ...]]:
-    """The copy's lifetimes built again from every event row, in a copy of its own."""
+def whole_tables(copy: Path, scratch: Path) -> dict[str, Counter[tuple[object, ...]]]:
+    """The copy's carried tables built again from every event row, in a copy of its own."""
     shutil.copy(copy, scratch)
     with RunStore.open_copy(scratch) as store:
-        dict(store.rebuild_steps())["cache_lifetimes"]()
-        rows = store.rows(f"SELECT {COLUMNS} FROM cache_lifetimes")
+        steps = dict(store.rebuild_steps())
+        for table in CARRIED:
+            steps[table]()
+        tables = {table: Counter(store.rows(f"SELECT * FROM {table}")) for table in CARRIED}
     scratch.unlink()
-    return multiset(rows)
+    return tables
 
 
-def published_lifetimes(copy: Path) -> set[tuple[object, ...]]:
+def published_tables(copy: Path) -> dict[str, Counter[tuple[object, ...]]]:
     with RunFile.open(copy) as run:
-        return multiset(run.rows(f"SELECT {COLUMNS} FROM cache_lifetimes"))
-
-
-def multiset(rows: list[tuple[object, ...]]) -> set[tuple[object, ...]]:
-    counted = {row: rows.count(row) for row in rows}
-    return {(*row, count) for row, count in counted.items()}
+        return {table: Counter(run.rows(f"SELECT * FROM {table}")) for table in CARRIED}
 
 
 def publish(live: LiveCopy) -> None:
@@ -74,16 +72,18 @@ def test_copy_after_copy_the_carried_lifetimes_equal_the_whole_ones(tmp_path: Pa
     steps = two_engines(60)
     size = len(steps) // 5 + 1
     pieces = [steps[start : start + size] for start in range(0, len(steps), size)]
-    endings = []
     for piece in pieces:
         for records in piece:
             store.append(records)
         publish(live)
-        carried = published_lifetimes(live.path)
-        assert carried == whole_lifetimes(live.path, tmp_path / "whole.duckdb")
-        endings.append({row[7] for row in carried})  # ended_by
+        carried = published_tables(live.path)
+        assert carried == whole_tables(live.path, tmp_path / "whole.duckdb")
     assert live.published == len(pieces) and live.carried == len(pieces) - 1
-    assert {"evict", "reset", None} <= set().union(*endings), "lifetimes of every ending"
+    with RunFile.open(live.path) as run:
+        endings = run.rows("SELECT DISTINCT ended_by FROM cache_lifetimes")
+        duplicated = run.row("SELECT max(duplicated_blocks) FROM fleet_states")
+    assert {"evict", "reset", None} <= {ending for (ending,) in endings}, "every ending"
+    assert duplicated is not None and duplicated[0] > 0, "both engines cached the same blocks"
     live.close()
     store.finalize()
     store.close()
@@ -95,7 +95,7 @@ def test_copy_after_copy_the_carried_lifetimes_equal_the_whole_ones(tmp_path: Pa
     assert row[0] == hits[0], "every hit of engine b went to a lifetime"
 
 
-def test_an_engine_numbering_its_records_again_gets_lifetimes_built_whole(
+def test_an_engine_numbering_its_records_again_gets_its_tables_built_whole(
     tmp_path: Path,
 ) -> None:
     store = RunStore.create(tmp_path / "run.duckdb", CONFIG)
@@ -107,12 +107,12 @@ def test_an_engine_numbering_its_records_again_gets_lifetimes_built_whole(
         store.append(records)
     publish(live)
     assert live.carried == 0
-    assert published_lifetimes(live.path) == whole_lifetimes(live.path, tmp_path / "w.duckdb")
+    assert published_tables(live.path) == whole_tables(live.path, tmp_path / "w.duckdb")
     for records in sample_engine_steps(SETTINGS, 10, "b"):  # a new engine follows on
         store.append(records)
     publish(live)
     assert live.carried == 1
-    assert published_lifetimes(live.path) == whole_lifetimes(live.path, tmp_path / "w.duckdb")
+    assert published_tables(live.path) == whole_tables(live.path, tmp_path / "w.duckdb")
     live.close()
     store.finalize()
     store.close()
