@@ -16,7 +16,7 @@ from typing import Literal
 import pandas as pd
 
 from collector.model.time_window import TimeWindow
-from collector.store.rollups import IN_REFERENCE_GROUP
+from collector.store.reference_group import IN_REFERENCE_GROUP
 from collector.store.run_file import RunFile
 
 Axis = Literal["family", "tenant"]

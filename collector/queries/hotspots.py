@@ -10,7 +10,7 @@ import pandas as pd
 
 from collector.model.time_window import TimeWindow
 from collector.queries.activity import buckets_per_point
-from collector.store.rollups import IN_REFERENCE_GROUP
+from collector.store.reference_group import IN_REFERENCE_GROUP
 from collector.store.run_file import RunFile
 
 HEAT_MEASURES = ("hits", "stores", "evictions")

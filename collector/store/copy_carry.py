@@ -1,24 +1,29 @@
 """What a live copy carries over from the copy before it, so that the largest of the tables
-derived whole (rollups.py), `cache_lifetimes` and `fleet_states`, cost what is new since
-the last copy rather than what the run holds.
+derived whole (rollups.py), those derived from the cache lifetimes (lifetime_rollups.py),
+cost what is new since the last copy rather than what the run holds.
 
 A lifetime that has ended (its block evicted, or the cache reset) is final: the hits after
 it go to its block's later stores. So the next copy keeps the closed lifetimes of the copy
 before it as they were, and matches only the open ones and the stores from the first new
 event row on to the evictions, resets and hits from that row on
-(`rollups.cache_lifetimes_statement`). A run file's event rows are never deleted, so the
-rows of a copy are those of the copy before it and then the new ones.
+(`cache_lifetimes_statement`). A run file's event rows are never deleted, so the rows of a
+copy are those of the copy before it and then the new ones. The new hits' counts add to
+the previous ones per block hash (`prefix_blocks`, whose hashes the new rows or an open
+lifetime touch are figured again from their lifetimes) and per time bucket and pair of
+tenants (`tenant_sharing`).
 
 The fleet's states then change from the earliest of the new rows' times and the end of the
 copy before (where its open lifetimes ended) on: the states before it stand, and those
 from it on are derived from the lifetimes cached then or after
-(`rollups.fleet_states_statement`), a few per cached block.
+(`fleet_states_statement`), a few per cached block.
 
 This equals building the tables from every event row, as long as each engine's new rows
 come after its rows of the copy before (record numbers above its last), which an engine's
-one connection to its collector keeps, and the run's settings are unchanged. A copy where
-either fails (an engine restarted under the same engine id numbers its records from 0
-again; the first engine to connect sets the run's settings) builds them whole.
+one connection to its collector keeps, the run's settings are unchanged, and so is the time
+grid (whose buckets are 1, 2 or 5 x 10^k ns: they coarsen as the run grows, a few times
+over its life). A copy where one fails (an engine restarted under the same engine id
+numbers its records from 0 again; the first engine to connect sets the run's settings)
+builds them whole.
 """
 
 from __future__ import annotations
@@ -30,10 +35,16 @@ from pathlib import Path
 
 import duckdb
 
-from collector.store.rollups import cache_lifetimes_statement, fleet_states_statement
+from collector.store.lifetime_rollups import (
+    cache_lifetimes_statement,
+    fleet_states_statement,
+    prefix_blocks_statement,
+    tenant_sharing_statement,
+)
 
 _PREVIOUS = "previous_copy"
 _SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
+_GRID = "SELECT start_ns, bucket_ns, block_bin_size FROM {database}.rollup_grid"
 _NEW_SEQS = """
     SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
         min(seq) AS first_seq, max(seq) AS last_seq
@@ -71,8 +82,8 @@ class PreviousCopy:
 
 
 class CopyCarry:
-    """Builds `cache_lifetimes` and `fleet_states` in a copy, carried over from the copy
-    before when that holds (above), else from every event row."""
+    """Builds the tables derived from the cache lifetimes in a copy, carried over from the
+    copy before when that holds (above), else from every event row."""
 
     def __init__(self) -> None:
         self.marks: CopyMarks | None = None  # of the copy last built here
@@ -82,9 +93,12 @@ class CopyCarry:
     def steps(
         self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None
     ) -> dict[str, Callable[[], None]]:
-        """The steps that build the carried tables, by table, in the rebuild's order."""
+        """The steps that build the carried tables, by table; the rebuild runs them in its
+        order, the lifetimes first and the fleet's states last."""
         return {
             "cache_lifetimes": partial(self._lifetimes, connection, previous),
+            "prefix_blocks": partial(self._prefix_blocks, connection),
+            "tenant_sharing": partial(self._tenant_sharing, connection),
             "fleet_states": partial(self._fleet_states, connection),
         }
 
@@ -93,19 +107,29 @@ class CopyCarry:
     ) -> None:
         new = _new_rows(connection, previous)
         settings = _settings(connection)
-        if previous is None or new is None or settings != previous.marks.settings:
+        self.carried = (
+            previous is not None
+            and new is not None
+            and settings == previous.marks.settings
+            and _same_grid(connection, previous.path)
+        )
+        if not self.carried or previous is None or new is None:
             connection.execute(cache_lifetimes_statement())
             self.marks = CopyMarks(_num_rows(connection), _new_seqs(connection, 0), settings)
-            self.carried = False
             return
-        connection.execute(f"ATTACH '{_quoted(previous.path)}' AS {_PREVIOUS} (READ_ONLY)")
         self._first_new = previous.marks.num_rows
-        connection.execute(
-            cache_lifetimes_statement(self._first_new, f"{_PREVIOUS}.cache_lifetimes")
-        )
+        connection.execute(cache_lifetimes_statement(self._first_new, _PREVIOUS))
         num_rows, new_seqs = new
         self.marks = CopyMarks(num_rows, previous.marks.last_seqs | new_seqs, settings)
-        self.carried = True
+
+    def _prefix_blocks(self, connection: duckdb.DuckDBPyConnection) -> None:
+        if self.carried:
+            connection.execute(prefix_blocks_statement(self._first_new, _PREVIOUS))
+        else:
+            connection.execute(prefix_blocks_statement())
+
+    def _tenant_sharing(self, connection: duckdb.DuckDBPyConnection) -> None:
+        connection.execute(tenant_sharing_statement(_PREVIOUS if self.carried else None))
 
     def _fleet_states(self, connection: duckdb.DuckDBPyConnection) -> None:
         if not self.carried:
@@ -116,8 +140,22 @@ class CopyCarry:
             connection.execute(fleet_states_statement())
         else:
             since_ns = min(int(value) for value in row if value is not None)
-            connection.execute(fleet_states_statement(since_ns, f"{_PREVIOUS}.fleet_states"))
+            connection.execute(fleet_states_statement(since_ns, _PREVIOUS))
         connection.execute(f"DETACH {_PREVIOUS}")
+
+
+def _same_grid(connection: duckdb.DuckDBPyConnection, previous: Path) -> bool:
+    """Attach the copy before (as _PREVIOUS) and say whether its time grid is this copy's;
+    detach it again if not."""
+    connection.execute(f"ATTACH '{_quoted(previous)}' AS {_PREVIOUS} (READ_ONLY)")
+    grids = [
+        connection.execute(_GRID.format(database=database)).fetchall()
+        for database in ("main", _PREVIOUS)
+    ]
+    if grids[0] != grids[1]:
+        connection.execute(f"DETACH {_PREVIOUS}")
+        return False
+    return True
 
 
 def _new_rows(

@@ -54,7 +54,7 @@ class LiveCopy:
         self._carry = CopyCarry()
         self._previous: PreviousCopy | None = None  # the copy published last
         self.published = 0
-        self.carried = 0  # copies whose cache lifetimes were carried over from the one before
+        self.carried = 0  # copies whose tables were carried over from the one before (tests)
         self.failures: list[str] = []
         store.checkpoint_only_when_asked()
 
@@ -122,6 +122,7 @@ class LiveCopy:
             self._temporary.unlink(missing_ok=True)
             if self._closing:
                 return  # stopped by `close`
+            self._previous = None  # and builds its tables whole, whatever failed
             self.failures.append(f"{type(error).__name__}: {error}")
             print(f"kvscope collect: the live copy failed: {error}", file=sys.stderr, flush=True)
         finally:
