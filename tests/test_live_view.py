@@ -1,4 +1,5 @@
-"""The app follows a run while `kvscope collect` writes it, without a lock error."""
+"""The app follows a run while `kvscope collect` writes it, without a lock error, and shows
+each newer live copy as it is published."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from collector.store.run_file import RunBeingWritten, RunStore, live_copy_path
+from collector.queries.summary import run_summary
+from collector.store.run_file import RunBeingWritten, RunFile, RunStore, live_copy_path
 from tests.support.app import metrics, start
 from tests.support.engine import collector_process, replay_to_collector, wait_for
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
+
+
+def copy_requests(run: Path) -> int:
+    """The requests in the live copy published now (each copy opened afresh)."""
+    with RunFile.open_live_copy(live_copy_path(run)) as copy:
+        return int(run_summary(copy)["requests"])
 
 
 def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> None:
@@ -28,11 +36,21 @@ def test_app_reads_the_live_copy_while_the_collector_writes(tmp_path: Path) -> N
         assert metrics(app)["Requests"] == "120"
         assert any("live: following live.duckdb" in caption.value for caption in app.caption)
 
-        transport.stop()
-        hooks.detach()
+        # A second engine's records: newer copies replace the one the app holds open.
+        more_hooks, more_transport = replay_to_collector(endpoint, 200, engine_id="test-2")
+        wait_for(lambda: copy_requests(run) == 320)
+        app.run()  # the sidebar sees the newer copy and reruns the app, as in a browser
+        app.run()
+        assert not app.exception, app.exception
+        assert metrics(app)["Requests"] == "320", "the whole run, as it grew"
+
+        for stopped_transport, stopped_hooks in ((transport, hooks), (more_transport, more_hooks)):
+            stopped_transport.stop()
+            stopped_hooks.detach()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     assert not live_copy_path(run).exists(), "the live copy goes away with the collector"
     store = RunStore.open(run)
-    assert store.row("SELECT count(*) FROM requests") == (120,)
+    # Both engines served the sample trace's first requests: 200 request ids in all.
+    assert store.row("SELECT count(*) FROM requests") == (200,)
     store.close()

@@ -81,9 +81,12 @@ class RunFile:
     """A run file open for reading: it owns the DuckDB connection, checks the file when it
     opens it, and runs the query modules' SQL, handing back rows or a data frame."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+    def __init__(
+        self, connection: duckdb.DuckDBPyConnection, path: Path, attached: bool = False
+    ) -> None:
         self._connection = connection
         self.path = path
+        self._attached = attached  # the run is the database `run` attached to an in-memory one
 
     @classmethod
     def open(cls, path: Path, read_only: bool = True) -> Self:
@@ -94,6 +97,14 @@ class RunFile:
         if is_dataset(path):
             return cls(dataset_connection([path]), path)
         return cls(_open_checked(path, read_only), path)
+
+    @classmethod
+    def open_live_copy(cls, path: Path) -> Self:
+        """Open a live copy (`RUN.duckdb.live`) for reading, checked as `open` checks. A
+        collector replaces the copy under the same name, and DuckDB hands a connection to
+        a path the database it already has open there, while any connection to it lives:
+        the copy before. So each copy is attached to a database of its own."""
+        return cls(_open_checked(path, read_only=True, own_database=True), path, attached=True)
 
     def rows(self, sql: str, parameters: Parameters = None) -> list[tuple[Any, ...]]:
         return self._connection.execute(sql, parameters).fetchall()
@@ -115,11 +126,17 @@ class RunFile:
     def arrow(self, sql: str, parameters: Parameters = None) -> pa.Table:
         # A cursor of its own: DuckDB's relation API refuses a connection with a result
         # still open (as `row` leaves one).
-        return self._connection.cursor().sql(sql, params=parameters).to_arrow_table()
+        return self._own_cursor().sql(sql, params=parameters).to_arrow_table()
 
     def cursor(self) -> RunFile:
         """The same run through a cursor of its own (one per thread, as Streamlit runs pages)."""
-        return RunFile(self._connection.cursor(), self.path)
+        return RunFile(self._own_cursor(), self.path, self._attached)
+
+    def _own_cursor(self) -> duckdb.DuckDBPyConnection:
+        cursor = self._connection.cursor()
+        if self._attached:
+            cursor.execute(f"USE {_ATTACHED_AS}")  # a cursor starts in the in-memory database
+        return cursor
 
     @property
     def finished(self) -> bool:
@@ -363,8 +380,11 @@ class RunStore(RunFile):
         live_copy_draft_path(self.path).unlink(missing_ok=True)  # a killed collector's
 
 
-def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection to an existing run file of the schema version this kvscope reads."""
+def _open_checked(
+    path: Path, read_only: bool, own_database: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """A connection to an existing run file of the schema version this kvscope reads (read
+    only and attached to an in-memory database of its own if `own_database`)."""
     if path.is_dir():
         runs = ", ".join(sorted(run.name for run in path.glob("*.duckdb"))) or "none"
         raise StoreError(f"{path}: a folder, not a run file (its .duckdb files: {runs})")
@@ -374,7 +394,7 @@ def _open_checked(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         if handle.read(12)[8:] != DUCKDB_MAGIC:
             raise StoreError(f"{path}: not a DuckDB file, so not a kvscope run")
     try:
-        connection = _connect(path, read_only=read_only)
+        connection = _attached(path) if own_database else _connect(path, read_only=read_only)
     except duckdb.IOException as error:
         if "lock" in str(error).lower():
             raise RunBeingWritten(
@@ -411,6 +431,21 @@ def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     connection = duckdb.connect(str(path), read_only=read_only)
     connection.execute("SET autoinstall_known_extensions = false")
     connection.execute("SET autoload_known_extensions = false")
+    return connection
+
+
+_ATTACHED_AS = "run"
+
+
+def _attached(path: Path) -> duckdb.DuckDBPyConnection:
+    connection = _connect(Path(":memory:"))
+    quoted = str(path).replace("'", "''")
+    try:
+        connection.execute(f"ATTACH '{quoted}' AS {_ATTACHED_AS} (READ_ONLY)")
+        connection.execute(f"USE {_ATTACHED_AS}")
+    except duckdb.Error:
+        connection.close()
+        raise
     return connection
 
 
@@ -472,4 +507,4 @@ def open_readable(run_path: Path) -> tuple[RunFile, bool]:
         live = live_copy_path(run_path)
         if not live.is_file():
             raise
-        return RunFile.open(live), True
+        return RunFile.open_live_copy(live), True

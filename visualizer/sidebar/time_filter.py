@@ -10,16 +10,21 @@ from collector.store.run_file import RunFile
 from visualizer import session
 
 RANGE_KEY = "time_range"
+_SPAN_KEY = "time_range_span"  # the run's span when the range was last drawn
 
 
 def render(run: RunFile) -> None:
-    """The sidebar slider (seconds from the run's first record)."""
+    """The sidebar slider (seconds from the run's first record). A range that reached the
+    run's end follows it as a live run grows."""
     grid = time_grid(run)
     span = grid.span_s
     chosen = session.kept(RANGE_KEY)
+    if chosen and chosen[1] == st.session_state.get(_SPAN_KEY):
+        chosen = (chosen[0], span)
     if not chosen or not 0 <= chosen[0] <= chosen[1] <= span:
         chosen = (0.0, span)
     session.show(RANGE_KEY, tuple(chosen))
+    st.session_state[_SPAN_KEY] = span
     st.sidebar.slider(
         "Time range (s)",
         min_value=0.0,
