@@ -260,7 +260,7 @@ def live_refresh(run: Path, rounds: int, new_rows: int) -> None:
     print(f"  and a live copy: {_listed(timed_refresh(store, [], copies))}", flush=True)
     parts = _timed_new_rows(store, new_rows, copies)
     carried = "carried over" if copies.carried else "built whole"
-    print(f"  {new_rows:,} new and the next live copy (lifetimes {carried}): {_listed(parts)}")
+    print(f"  {new_rows:,} new and the next live copy (tables {carried}): {_listed(parts)}")
     store.close()
     work.unlink()
     live_copy_path(work).unlink(missing_ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -24,9 +25,10 @@ from typing import Any
 import pytest
 
 from collector.queries.summary import run_summary
-from collector.store.run_file import RunFile, RunStore, live_copy_path
+from collector.store.run_file import RunFile, live_copy_path
 from engine_hooks.privacy import Pseudonymizer
 from tests.support.app import metrics, start
+from tests.support.carried_tables import published_tables, whole_tables
 from tests.support.engine import collector_process, recorded_drops, stored_record_numbers
 from tests.support.ports import free_port
 from tests.support.repo import SECRET
@@ -85,6 +87,8 @@ class ServedRun:
     exit_code: int = 0
     live_requests: str = ""
     requests_sent_before_live_view: int = 0
+    live_snapshot: Path | None = None  # a live copy holding every request of the first phases
+    collector_output: str = ""
 
 
 def send_all(server: VllmServer, jobs: list[dict[str, Any]], concurrency: int) -> list[Completion]:
@@ -96,11 +100,19 @@ def live_copy_requests(run: Path) -> int:
     """Requests in the run's live copy, read directly (0 while there is none)."""
     if not live_copy_path(run).is_file():
         return 0
-    store = RunStore.open(live_copy_path(run))
-    try:
-        return int(run_summary(store)["requests"])
-    finally:
-        store.close()
+    with RunFile.open_live_copy(live_copy_path(run)) as copy:
+        return int(run_summary(copy)["requests"])
+
+
+def snapshot_live_copy(run: Path, expected_requests: int, snapshot: Path) -> Path:
+    """A copy of the run's live copy, once it holds every request sent so far (the
+    collector spaces its copies by their cost: give a loaded machine time)."""
+    deadline = time.monotonic() + 300
+    while live_copy_requests(run) < expected_requests:
+        assert time.monotonic() < deadline, f"the live copy lags: {live_copy_requests(run)}"
+        time.sleep(0.5)
+    shutil.copy(live_copy_path(run), snapshot)  # that copy, or a newer one
+    return snapshot
 
 
 def open_live_view(run: Path, expected_requests: int) -> str:
@@ -156,6 +168,9 @@ def served(model: str, tmp_path_factory: pytest.TempPathFactory) -> ServedRun:
             burst = [{"prompt": tokens(rng, 320), "max_tokens": 320} for _ in range(16)]
             result.completions += send_all(server, burst, concurrency=16)
             result.completions += send_all(server, first[:20], concurrency=4)
+            result.live_snapshot = snapshot_live_copy(
+                result.run, len(result.completions), folder / "live-snapshot.duckdb"
+            )
             shared = tokens(rng, 200)
             for name in (server.model, *ADAPTERS, *ADAPTERS, server.model):
                 result.completions.append(server.complete(shared, 4, model=name))
@@ -165,6 +180,8 @@ def served(model: str, tmp_path_factory: pytest.TempPathFactory) -> ServedRun:
             result.server_log = server.log()
         collector.send_signal(signal.SIGTERM)
         collector.wait(timeout=120)
+        assert collector.stdout is not None
+        result.collector_output = collector.stdout.read()
     return result
 
 
@@ -201,6 +218,28 @@ def test_totals_equal_vllms_prometheus_counters(served: ServedRun) -> None:
     assert summary["hit_tokens"] == metrics["vllm:prefix_cache_hits_total"]
     assert summary["preemptions"] == metrics["vllm:num_preemptions_total"]
     assert summary["dropped_events"] == 0 and summary["collisions"] == 0
+
+
+def test_live_copies_carry_their_tables_over_as_a_whole_rebuild_derives_them(
+    served: ServedRun, tmp_path: Path
+) -> None:
+    """While the server ran, the collector's live copies carried the lifetimes and what
+    derives from them over from the copy before (one engine's records arrive in order); the
+    copy the test kept (carried, unless the time grid had coarsened just then) holds what a
+    whole rebuild of it derives."""
+    published = re.search(
+        r"([\d,]+) live copies published, ([\d,]+) of them carried", served.collector_output
+    )
+    assert published, served.collector_output
+    copies, carried = (int(count.replace(",", "")) for count in published.groups())
+    assert copies >= 2 and carried >= 1, served.collector_output
+    assert "failed" not in served.collector_output
+    assert served.live_snapshot is not None
+    note, tables = published_tables(served.live_snapshot)
+    print(f"{copies} live copies, {carried} carried; the one kept: {note}")
+    assert note in ("carried", "whole")
+    assert sum(tables["cache_lifetimes"].values()) > NUM_BLOCKS
+    assert tables == whole_tables(served.live_snapshot, tmp_path / "whole.duckdb")
 
 
 def test_stores_and_evictions_equal_vllms_own_kv_events(served: ServedRun) -> None:

@@ -138,6 +138,12 @@ def _run_collect(args: argparse.Namespace) -> int:
             f"({stats.rows / stats.ingest_s:,.0f} rows/s), {stats.commits:,} commits",
             flush=True,
         )
+    if stats.snapshots:
+        print(
+            f"kvscope collect: {stats.snapshots:,} live copies published, "
+            f"{stats.snapshots_carried:,} of them carried over from the copy before",
+            flush=True,
+        )
     if stats.snapshot_failures:
         print(
             f"kvscope collect: {len(stats.snapshot_failures):,} live copies failed "

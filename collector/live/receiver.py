@@ -76,6 +76,7 @@ class ReceiverStats:
     commits: int = 0
     missing_records: int = 0
     snapshots: int = 0  # live copies published
+    snapshots_carried: int = 0  # of them, those that carried tables over from the one before
     snapshot_failures: list[str] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     engines: dict[tuple[str, int], _EngineStream] = field(default_factory=dict)
@@ -269,6 +270,7 @@ class Receiver:
             self._live_copy.close()
         finally:
             self.stats.snapshots = self._live_copy.published
+            self.stats.snapshots_carried = self._live_copy.carried
             self.stats.snapshot_failures = self._live_copy.failures
             try:
                 self.store.finalize()

@@ -23,7 +23,7 @@ one connection to its collector keeps, the run's settings are unchanged, and so 
 grid (whose buckets are 1, 2 or 5 x 10^k ns: they coarsen as the run grows, a few times
 over its life). A copy where one fails (an engine restarted under the same engine id
 numbers its records from 0 again; the first engine to connect sets the run's settings)
-builds them whole.
+builds them whole. Each copy says which it did (`meta`, key "live_copy_tables").
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ _STATES_CHANGE_FROM = f"""
         (SELECT min(ts_ns) FROM events
          WHERE rowid >= $first AND kind IN ('store', 'evict', 'reset'))
 """
+
+# What the copy says of its tables (`meta`, key "live_copy_tables"): "carried" or "whole".
+_NOTE = "INSERT OR REPLACE INTO meta VALUES ('live_copy_tables', ?)"
 
 EngineSeqs = dict[tuple[str, int], int]
 
@@ -132,16 +135,17 @@ class CopyCarry:
         connection.execute(tenant_sharing_statement(_PREVIOUS if self.carried else None))
 
     def _fleet_states(self, connection: duckdb.DuckDBPyConnection) -> None:
-        if not self.carried:
-            connection.execute(fleet_states_statement())
-            return
-        row = connection.execute(_STATES_CHANGE_FROM, {"first": self._first_new}).fetchone()
-        if row is None or row[0] is None:  # one engine before: no states to carry
-            connection.execute(fleet_states_statement())
+        if self.carried:
+            row = connection.execute(_STATES_CHANGE_FROM, {"first": self._first_new}).fetchone()
+            if row is None or row[0] is None:  # one engine before: no states to carry
+                connection.execute(fleet_states_statement())
+            else:
+                since_ns = min(int(value) for value in row if value is not None)
+                connection.execute(fleet_states_statement(since_ns, _PREVIOUS))
+            connection.execute(f"DETACH {_PREVIOUS}")
         else:
-            since_ns = min(int(value) for value in row if value is not None)
-            connection.execute(fleet_states_statement(since_ns, _PREVIOUS))
-        connection.execute(f"DETACH {_PREVIOUS}")
+            connection.execute(fleet_states_statement())
+        connection.execute(_NOTE, ["carried" if self.carried else "whole"])
 
 
 def _same_grid(connection: duckdb.DuckDBPyConnection, previous: Path) -> bool:

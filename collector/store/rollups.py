@@ -17,12 +17,16 @@ not millions of events.
   stored it, and the root of the storing request's prefix family;
 - `prefix_blocks`: one row per block hash: its parent, position, hits, stores, evictions,
   first and last use, time cached, the tenant and adapter that first stored it;
-- `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (the
-  latest store of the block before the hit), with both cache salts;
+- `tenant_sharing`: per time bucket, block hits by hitting tenant x storing tenant (of the
+  store the hit went to: its block's latest, still cached), with both cache salts;
 - `family_hits`: per time bucket and prefix family (the block hashes under one first block),
   block hits and the sum of their positions (for the attention term of compute saved);
 - `fleet_states`: on a run of several engines, the fleet's cached and duplicated blocks
-  after each change (below).
+  after each change.
+
+The lifetimes and the rollups derived from them (`prefix_blocks`, `tenant_sharing`,
+`fleet_states`) are built in lifetime_rollups.py, whole here and carried over from one
+live copy to the next (copy_carry.py).
 
 A hybrid model caches each prefix once per KV cache group (`kv_group`). The block heat and
 the lifetimes keep every group's blocks (each holds memory; block ids are the pool's, one
