@@ -118,7 +118,8 @@ DROP TABLE temp.lifetime_ends
 """
 
 
-# A block hash's figures from its lifetimes (in the reference group), of the hashes `WHERE`.
+# A block hash's figures from its lifetimes (in the reference group), of the hashes `WHERE`;
+# its first store: the earliest (ties by engine, DP rank and record number).
 def _stored(where: str) -> str:
     return f"""
     SELECT
@@ -126,10 +127,10 @@ def _stored(where: str) -> str:
         any_value(parent_hash) AS parent_hash,
         min(block_position) AS block_position,
         count(*) AS stores,
-        arg_min(tenant, (stored_ns, engine, rank, store_seq)) AS tenant,
-        arg_min(lora, (stored_ns, engine, rank, store_seq)) AS lora,
-        arg_min(root_hash, (stored_ns, engine, rank, store_seq)) AS root_hash,
-        arg_min(stored_by, (stored_ns, engine, rank, store_seq)) AS first_stored_by,
+        arg_min(
+            {{'tenant': tenant, 'lora': lora, 'root_hash': root_hash, 'stored_by': stored_by}},
+            (stored_ns, engine, rank, store_seq)
+        ) AS first_store,
         min(stored_ns) AS first_stored_ns,
         sum(ended_ns - stored_ns) AS cached_ns
     FROM cache_lifetimes
@@ -161,10 +162,10 @@ _PREFIX_BLOCK = """
     used.evictions,
     used.first_use_ns,
     used.last_use_ns,
-    stored.tenant,
-    stored.lora,
-    stored.root_hash,
-    stored.first_stored_by,
+    stored.first_store.tenant,
+    stored.first_store.lora,
+    stored.first_store.root_hash,
+    stored.first_store.stored_by AS first_stored_by,
     stored.first_stored_ns,
     CAST(coalesce(stored.cached_ns, 0) AS BIGINT) AS cached_ns
 """
