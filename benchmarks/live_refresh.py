@@ -3,8 +3,8 @@
 Every `--live-interval` seconds while records arrive, the collector's writing thread folds
 the new rows into the eviction ages and checkpoints the run file (`LiveCopy.publish`); when
 a live copy is due, a worker thread copies the file's bytes and rebuilds the tables derived
-whole in the copy, but for the cache lifetimes, carried over from the copy before
-(collector/store/live_copy.py). This script builds runs of about 1 and 10
+whole in the copy, but for the cache lifetimes and the tables derived from them, carried
+over from the copy before (collector/store/live_copy.py). This script builds runs of about 1 and 10
 million rows: the sample workload (`kvscope generate`) drawn --copies times and replayed as
 benchmarks/app_queries.py replays it, the stream's last 2 x --batches x --batch-records
 records held back. Each run is built once (minutes) under --cache (default
@@ -122,7 +122,8 @@ def timed_refresh(store: RunStore, records: list[Event], copies: TimedCopies | N
 
 class TimedCopies:
     """The live copies of one store, made as `LiveCopy`'s worker makes them (each carrying
-    the cache lifetimes over from the one before where it can), part by part."""
+    the cache lifetimes and their rollups over from the one before where it can), part by
+    part."""
 
     def __init__(self, store: RunStore, threads: int) -> None:
         self._store = store
@@ -152,7 +153,7 @@ class TimedCopies:
 
     @property
     def carried(self) -> bool:
-        """Whether the last copy carried its cache lifetimes over from the one before."""
+        """Whether the last copy carried its tables over from the one before."""
         return self._carry.carried
 
 

@@ -41,11 +41,12 @@ from collector.store.lifetime_rollups import (
     prefix_blocks_statement,
     tenant_sharing_statement,
 )
+from collector.store.sql_literal import path_literal
 
 _PREVIOUS = "previous_copy"
 _SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
 _GRID = "SELECT start_ns, bucket_ns, block_bin_size FROM {database}.rollup_grid"
-_NEW_SEQS = """
+_SEQ_RANGES = """
     SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
         min(seq) AS first_seq, max(seq) AS last_seq
     FROM events
@@ -108,17 +109,17 @@ class CopyCarry:
     def _lifetimes(
         self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None
     ) -> None:
-        new = _new_rows(connection, previous)
         settings = _settings(connection)
-        self.carried = (
-            previous is not None
-            and new is not None
-            and settings == previous.marks.settings
-            and _same_grid(connection, previous.path)
-        )
+        new = _new_rows(connection, previous)
+        self.carried = False
+        if previous is not None and new is not None and settings == previous.marks.settings:
+            connection.execute(f"ATTACH {path_literal(previous.path)} AS {_PREVIOUS} (READ_ONLY)")
+            self.carried = _same_grid(connection)
+            if not self.carried:
+                connection.execute(f"DETACH {_PREVIOUS}")
         if not self.carried or previous is None or new is None:
             connection.execute(cache_lifetimes_statement())
-            self.marks = CopyMarks(_num_rows(connection), _new_seqs(connection, 0), settings)
+            self.marks = CopyMarks(_num_rows(connection), _last_seqs(connection, 0), settings)
             return
         self._first_new = previous.marks.num_rows
         connection.execute(cache_lifetimes_statement(self._first_new, _PREVIOUS))
@@ -148,18 +149,13 @@ class CopyCarry:
         connection.execute(_NOTE, ["carried" if self.carried else "whole"])
 
 
-def _same_grid(connection: duckdb.DuckDBPyConnection, previous: Path) -> bool:
-    """Attach the copy before (as _PREVIOUS) and say whether its time grid is this copy's;
-    detach it again if not."""
-    connection.execute(f"ATTACH '{_quoted(previous)}' AS {_PREVIOUS} (READ_ONLY)")
+def _same_grid(connection: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this copy's time grid is that of the copy before (attached)."""
     grids = [
         connection.execute(_GRID.format(database=database)).fetchall()
         for database in ("main", _PREVIOUS)
     ]
-    if grids[0] != grids[1]:
-        connection.execute(f"DETACH {_PREVIOUS}")
-        return False
-    return True
+    return grids[0] == grids[1]
 
 
 def _new_rows(
@@ -173,17 +169,24 @@ def _new_rows(
     first = previous.marks.num_rows
     if num_rows < first:
         return None
-    rows = connection.execute(_NEW_SEQS, {"first": first}).fetchall()
+    ranges = _seq_ranges(connection, first)
     before = previous.marks.last_seqs
-    if any((engine, rank) in before and first_seq <= before[engine, rank]
-           for engine, rank, first_seq, _ in rows):  # fmt: skip
+    if any(engine in before and first_seq <= before[engine]
+           for engine, (first_seq, _) in ranges.items()):  # fmt: skip
         return None
-    return num_rows, {(engine, rank): last_seq for engine, rank, _, last_seq in rows}
+    return num_rows, {engine: last_seq for engine, (_, last_seq) in ranges.items()}
 
 
-def _new_seqs(connection: duckdb.DuckDBPyConnection, first: int) -> EngineSeqs:
-    rows = connection.execute(_NEW_SEQS, {"first": first}).fetchall()
-    return {(engine, rank): last_seq for engine, rank, _, last_seq in rows}
+def _last_seqs(connection: duckdb.DuckDBPyConnection, first: int) -> EngineSeqs:
+    return {engine: last_seq for engine, (_, last_seq) in _seq_ranges(connection, first).items()}
+
+
+def _seq_ranges(
+    connection: duckdb.DuckDBPyConnection, first: int
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each engine's (and DP rank's) first and last record number from event row `first`."""
+    rows = connection.execute(_SEQ_RANGES, {"first": first}).fetchall()
+    return {(engine, rank): (first_seq, last_seq) for engine, rank, first_seq, last_seq in rows}
 
 
 def _num_rows(connection: duckdb.DuckDBPyConnection) -> int:
@@ -194,7 +197,3 @@ def _num_rows(connection: duckdb.DuckDBPyConnection) -> int:
 def _settings(connection: duckdb.DuckDBPyConnection) -> tuple[object, ...]:
     row = connection.execute(_SETTINGS).fetchone()
     return tuple(row) if row else ()
-
-
-def _quoted(path: Path) -> str:
-    return str(path).replace("'", "''")

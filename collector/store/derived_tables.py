@@ -49,8 +49,8 @@ def rebuild_steps(
     previous: PreviousCopy | None = None,
 ) -> list[Step]:
     """The statements that rebuild the tables derived whole, each named by its table; with
-    `carry`, the cache lifetimes and fleet states are carried over from the `previous` copy
-    where they can be (copy_carry.py)."""
+    `carry`, the cache lifetimes and the tables derived from them are carried over from the
+    `previous` copy where they can be (copy_carry.py)."""
     carried = carry.steps(connection, previous) if carry is not None else {}
     steps: list[Step] = []
     for statement in DERIVED_STATEMENTS:

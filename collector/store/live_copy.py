@@ -13,8 +13,9 @@ what is new), and a worker thread then
   the last checkpoint's state (`RunStore.copy_file`), and the writer holds its checkpoints
   back until the copy is read (DuckDB's automatic ones are off, `checkpoint_only_when_asked`);
 - rebuilds the tables derived whole in the copy, with a DuckDB of its own on `threads`
-  threads and `memory_limit`, but for the cache lifetimes and the fleet's states, which it
-  carries over from the copy before and derives from what is new only (copy_carry.py);
+  threads and `memory_limit`, but for the cache lifetimes and the tables derived from them,
+  which it carries over from the copy before and derives from what is new only
+  (copy_carry.py);
 - renames the copy over `RUN.duckdb.live`: readers see the old copy or the new, whole.
 
 The copy lags the events by one copy and rebuild. While those take under PUBLISH_ALWAYS_S,

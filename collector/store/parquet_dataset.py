@@ -30,6 +30,7 @@ import duckdb
 
 from collector.store.run_file import RUN_TABLES, RunFile, StoreError
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
+from collector.store.sql_literal import path_literal
 
 DATASET_MARKER = "kvscope_dataset.json"
 DATASET_FORMAT = 1
@@ -87,14 +88,16 @@ def _write_tables(run: RunFile, directory: Path) -> dict[str, list[str]]:
         if "engine_id" in columns:
             run.row(
                 f"COPY (SELECT *, coalesce(nullif(engine_id, ''), '{UNNAMED_ENGINE}') AS engine, "
-                f"DATE '{row[1]}' AS date FROM {table}) TO {_literal(target)} "
+                f"DATE '{row[1]}' AS date FROM {table}) TO {path_literal(target)} "
                 f"(FORMAT PARQUET, PARTITION_BY (engine, date), "
                 f"FILENAME_PATTERN '{file_stem}_{{i}}')"
             )
             tables[table] = list(PARTITION_COLUMNS)
         else:
             target.mkdir()
-            run.row(f"COPY {table} TO {_literal(target / f'{file_stem}.parquet')} (FORMAT PARQUET)")
+            run.row(
+                f"COPY {table} TO {path_literal(target / f'{file_stem}.parquet')} (FORMAT PARQUET)"
+            )
             tables[table] = []
     return tables
 
@@ -163,7 +166,7 @@ def _replace_with_view(
         [table],
     ).fetchall()
     source = (
-        f"read_parquet([{', '.join(_literal(file) for file in files)}], "
+        f"read_parquet([{', '.join(path_literal(file) for file in files)}], "
         "hive_partitioning = false, union_by_name = true)"
     )
     if table == "runs" and combined:
@@ -188,7 +191,7 @@ def _check_combinable(
 ) -> None:
     """Refuse runs whose caches differ, or that share an engine."""
     names = ", ".join(str(directory) for directory in directories)
-    runs = ", ".join(_literal(file) for file in files["runs"])
+    runs = ", ".join(path_literal(file) for file in files["runs"])
     settings = connection.execute(
         f"SELECT run_id, block_size, num_blocks, hash_algo FROM read_parquet([{runs}]) "
         "ORDER BY run_id"
@@ -212,8 +215,3 @@ def _check_combinable(
             f"{names}: engines recorded in more than one run do not combine ({engines}): an "
             "engine's block ids and record numbers hold within its run only"
         )
-
-
-def _literal(path: Path | str) -> str:
-    """A path as a SQL string literal (COPY targets and views take no parameters)."""
-    return "'" + str(path).replace("'", "''") + "'"

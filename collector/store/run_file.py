@@ -27,6 +27,7 @@ from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.derived_tables import DerivedTables, Step, rebuild_steps
 from collector.store.ingest import to_batch
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
+from collector.store.sql_literal import path_literal
 from engine_hooks.events import Event
 
 FLUSH_RECORDS = 250_000
@@ -309,8 +310,8 @@ class RunStore(RunFile):
         self, carry: CopyCarry | None = None, previous: PreviousCopy | None = None
     ) -> list[Step]:
         """The statements that rebuild this file's tables derived whole, each named; with
-        `carry`, the cache lifetimes and fleet states carried over from the `previous` copy
-        where they can be (`collector/store/copy_carry.py`)."""
+        `carry`, the cache lifetimes and the tables derived from them carried over from the
+        `previous` copy where they can be (`collector/store/copy_carry.py`)."""
         return rebuild_steps(self._connection, carry, previous)
 
     def checkpoint(self) -> None:
@@ -439,9 +440,8 @@ _ATTACHED_AS = "run"
 
 def _attached(path: Path) -> duckdb.DuckDBPyConnection:
     connection = _connect(Path(":memory:"))
-    quoted = str(path).replace("'", "''")
     try:
-        connection.execute(f"ATTACH '{quoted}' AS {_ATTACHED_AS} (READ_ONLY)")
+        connection.execute(f"ATTACH {path_literal(path)} AS {_ATTACHED_AS} (READ_ONLY)")
         connection.execute(f"USE {_ATTACHED_AS}")
     except duckdb.Error:
         connection.close()
