@@ -104,13 +104,18 @@ def live_copy_requests(run: Path) -> int:
         return int(run_summary(copy)["requests"])
 
 
-def snapshot_live_copy(run: Path, expected_requests: int, snapshot: Path) -> Path:
-    """A copy of the run's live copy, once it holds every request sent so far (the
-    collector spaces its copies by their cost: give a loaded machine time)."""
-    deadline = time.monotonic() + 300
+def wait_for_live_copy(run: Path, expected_requests: int, timeout_s: float) -> None:
+    """Until the run's live copy holds every request sent so far."""
+    deadline = time.monotonic() + timeout_s
     while live_copy_requests(run) < expected_requests:
         assert time.monotonic() < deadline, f"the live copy lags: {live_copy_requests(run)}"
         time.sleep(0.5)
+
+
+def snapshot_live_copy(run: Path, expected_requests: int, snapshot: Path) -> Path:
+    """A copy of the run's live copy, once it holds every request sent so far (the
+    collector spaces its copies by their cost: give a loaded machine time)."""
+    wait_for_live_copy(run, expected_requests, timeout_s=300)
     shutil.copy(live_copy_path(run), snapshot)  # that copy, or a newer one
     return snapshot
 
@@ -118,10 +123,7 @@ def snapshot_live_copy(run: Path, expected_requests: int, snapshot: Path) -> Pat
 def open_live_view(run: Path, expected_requests: int) -> str:
     """The Overview's "Requests" while the collector still writes the run, once its live copy
     holds every request sent so far."""
-    deadline = time.monotonic() + 120
-    while live_copy_requests(run) < expected_requests:
-        assert time.monotonic() < deadline, f"the live copy lags: {live_copy_requests(run)}"
-        time.sleep(0.5)
+    wait_for_live_copy(run, expected_requests, timeout_s=120)
     return metrics(start(run))["Requests"]
 
 
