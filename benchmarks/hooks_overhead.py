@@ -37,6 +37,7 @@ starts.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -52,12 +53,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import zmq
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
 from capture_setup import attach_hooks, bench_transport
 from process_cpu import CLOCK_TICKS, cpu_ticks
 from replay_args import add_replay_arguments
 
+from collector.live.receiver import INGEST_THREADS
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
+from collector.store.insert_rate import duckdb_insert_rate
+from engine_hooks import EventBuffer
+from engine_hooks.transport import Ack, BatchHeader
 from tests.support.engine import collector_process
 
 CONFIGS = ("bare", "kv-events", "hooks", "capture", "capture+collisions", "capture-to-sink")
@@ -66,18 +77,7 @@ INGEST_LINE = re.compile(r"([\d,]+) rows written in ([\d.]+) s of ingest .*, ([\
 
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     """One replay in this process (the child's side); returns what it measured."""
-    import gc
-
-    from vllm.utils.gc_utils import freeze_gc_heap
-
-    from collector.replay.block_manager import (
-        CacheSettings,
-        make_block_hasher,
-        make_kv_cache_manager,
-    )
-    from collector.replay.simulator import Simulator, VirtualClock
-    from collector.replay.traces import read_trace
-    from engine_hooks import EventBuffer
+    from vllm.utils.gc_utils import freeze_gc_heap  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     config = args.run
     requests = read_trace(args.trace)[: args.limit]
@@ -125,11 +125,6 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_sink(endpoint: str, keep: Path) -> None:
     """Acknowledge every batch as soon as it is kept in `keep`, reading only its header."""
-    import msgspec
-    import zmq
-
-    from engine_hooks.transport import Ack, BatchHeader
-
     socket = zmq.Context().socket(zmq.ROUTER)
     socket.bind(endpoint)
     print("ready", flush=True)
@@ -159,11 +154,6 @@ def kept_batches(keep: Path) -> list[list[bytes]]:
 def collector_alone(keep: Path, directory: Path) -> dict[str, Any]:
     """Send the kept batches to a fresh `kvscope collect`, with nothing else running, as
     fast as it acknowledges them; its ingest rate beside DuckDB's own."""
-    import msgspec
-    import zmq
-
-    from engine_hooks.transport import Ack
-
     batches = kept_batches(keep)
     run_path = directory / "alone.duckdb"
     endpoint = f"ipc://{directory}/alone.ipc"
@@ -190,9 +180,6 @@ def ingest_rates(output: str, run_path: Path, directory: Path) -> dict[str, Any]
     """The ingest rate `kvscope collect` printed, and DuckDB's own insert of the same rows
     into a new file with the collector's threads (`INGEST_THREADS`): in one transaction, and
     in as many as the collector committed; and with DuckDB's default threads, in one."""
-    from collector.live.receiver import INGEST_THREADS
-    from collector.store.insert_rate import duckdb_insert_rate
-
     match = INGEST_LINE.search(output)
     if match is None:
         raise RuntimeError(f"kvscope collect printed no ingest rate:\n{output}")

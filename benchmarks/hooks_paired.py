@@ -48,6 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from capture_setup import attach_hooks, bench_transport
 from replay_args import add_replay_arguments
 
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
+from engine_hooks import EventBuffer
+from engine_hooks.transport import DEFAULT_INTERVAL_S
 from tests.support.engine import collector_process
 
 CONFIGS = ("bare", "kv-events", "hooks", "hooks+collisions", "capture")
@@ -59,15 +64,6 @@ def _nothing() -> None:
 
 def build(config: str, args: argparse.Namespace, endpoint: str) -> tuple[Any, Any]:
     """A fresh manager for `config`, in a Simulator, and its transport (capture only)."""
-    from collector.replay.block_manager import (
-        CacheSettings,
-        make_block_hasher,
-        make_kv_cache_manager,
-    )
-    from collector.replay.simulator import Simulator, VirtualClock
-    from engine_hooks import EventBuffer
-    from engine_hooks.transport import DEFAULT_INTERVAL_S
-
     settings = CacheSettings(args.block_size, args.num_blocks)
     manager = make_kv_cache_manager(settings, kv_events=config == "kv-events")
     clock = VirtualClock()
@@ -91,9 +87,7 @@ def build(config: str, args: argparse.Namespace, endpoint: str) -> tuple[Any, An
 
 def run_paired(args: argparse.Namespace, endpoint: str) -> dict[str, Any]:
     """Every request to every configuration in turn; CPU seconds per configuration."""
-    from vllm.utils.gc_utils import freeze_gc_heap
-
-    from collector.replay.traces import read_trace
+    from vllm.utils.gc_utils import freeze_gc_heap  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     requests = read_trace(args.trace)[: args.limit]
     built = {config: build(config, args, endpoint) for config in CONFIGS}

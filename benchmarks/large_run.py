@@ -41,8 +41,12 @@ import duckdb
 from app_queries import OPTIONS, SECRET, Call, time_pages, workload_trace
 from live_refresh import WORKER, TimedCopies, Timings, timed_refresh
 
+from collector.advisor import RunContext, advise
+from collector.advisor.curves import whatif_curves
 from collector.live.receiver import INGEST_MEMORY_LIMIT, INGEST_THREADS
 from collector.model.kv_memory import MODELS, gib_for_blocks
+from collector.model.policies import ReplayTooLarge
+from collector.model.policy_curves import policy_curves
 from collector.model.time_window import TimeWindow
 from collector.queries import fleet, kv_groups, vllm_kv
 from collector.queries.fleet import num_engines
@@ -192,11 +196,6 @@ def more_page_calls(store: RunFile, run: Path, window: TimeWindow) -> dict[str, 
 def replay_pages(store_path: Path) -> None:
     """The pages whose figures replay the run's requests: the time of those replays, once
     (each page caches its result per run file)."""
-    from collector.advisor import RunContext, advise
-    from collector.advisor.curves import whatif_curves
-    from collector.model.policies import ReplayTooLarge
-    from collector.model.policy_curves import policy_curves
-
     print("\npages that replay the run (once; cached per run file)")
     with RunFile.open(store_path) as store:
         context = RunContext(store, store_path)

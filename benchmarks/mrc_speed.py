@@ -24,9 +24,10 @@ from replay_args import DEFAULT_TRACE
 
 from collector.model.block_stream import trace_block_stream
 from collector.model.mrc import MissRatioCurve, miss_ratio_curve
+from collector.model.trace_request import TraceRequest
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.replay.simulator import Simulator, VirtualClock
-from collector.replay.traces import TraceRequest, read_trace
+from collector.replay.traces import read_trace
 
 
 def time_curve(requests: list[TraceRequest], block_size: int) -> tuple[float, MissRatioCurve]:

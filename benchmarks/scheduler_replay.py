@@ -24,10 +24,12 @@ from replay_args import add_replay_arguments
 
 from collector.model.block_stream import trace_block_stream
 from collector.model.mrc import miss_ratio_curve
+from collector.model.step_model import StepModel
+from collector.model.trace_request import TraceRequest
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.replay.scheduler_replay import SchedulerLimits, SchedulerReplay
-from collector.replay.simulator import Simulator, StepModel, VirtualClock
-from collector.replay.traces import TraceRequest, read_trace
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
 
 
 def time_curve(requests: list[TraceRequest], settings: CacheSettings) -> tuple[float, float]:

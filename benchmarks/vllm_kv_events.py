@@ -23,9 +23,7 @@ import msgspec
 from replay_args import add_replay_arguments
 from vllm.distributed.kv_events import KVEventBatch
 
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.wire import ReceivedBatch, decode_batch
+from collector.model.trace_request import TraceRequest
 from collector.replay.block_manager import (
     CacheSettings,
     make_block_hasher,
@@ -33,8 +31,11 @@ from collector.replay.block_manager import (
     require_vllm,
 )
 from collector.replay.simulator import Simulator, VirtualClock
-from collector.replay.traces import TraceRequest, read_trace
+from collector.replay.traces import read_trace
 from collector.store.run_file import RunConfig, RunStore
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import ReceivedBatch, decode_batch
 
 BATCHES_PER_APPEND = 100
 

@@ -2,7 +2,8 @@
 `kvscope report` exits 1 when a check regressed.
 
 Each subcommand lives in `collector/commands/<name>.py` and registers itself with
-`register(commands)`; heavy imports happen when a command runs, not when the parser is built.
+`register(commands)`; vLLM, torch and the HTML report's plotly are imported when a command
+runs, not when the parser is built.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collector.commands import (
     app,
     calibrate,
     collect,
+    doctor,
     export,
     finish,
     generate,
@@ -26,6 +28,9 @@ from collector.commands import (
     summary,
     whatif,
 )
+from collector.replay.traces import TraceError
+from collector.store.run_file import ReadError, StoreError
+from collector.unavailable import Unavailable
 
 EXIT_BAD_INPUT = 2
 COMMANDS = (
@@ -42,6 +47,7 @@ COMMANDS = (
     names,
     export,
     app,
+    doctor,
 )
 
 
@@ -56,10 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from collector.replay.traces import TraceError
-    from collector.store.run_file import ReadError, StoreError
-    from collector.unavailable import Unavailable
-
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))

@@ -53,10 +53,10 @@ def load_local_tokenizer(name_or_path: str) -> TextTokenizer | None:
         return None
     try:
         if file.suffix == ".json":
-            from tokenizers import Tokenizer
+            from tokenizers import Tokenizer  # noqa: PLC0415 - tokenizers is optional: only token text needs it
 
             return TextTokenizer(name_or_path, Tokenizer.from_file(str(file)))
-        from sentencepiece import SentencePieceProcessor
+        from sentencepiece import SentencePieceProcessor  # noqa: PLC0415 - sentencepiece is optional: only token text needs it
 
         return TextTokenizer(name_or_path, SentencePieceProcessor(model_file=str(file)))
     except Exception:  # a broken or foreign file, or no library to read it: "no tokenizer"
@@ -92,7 +92,7 @@ def _package_file(package: str, path: str) -> Path | None:
 
 def _cached_file(model: str) -> Path | None:
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 - huggingface_hub is optional: only token text needs it
     except ImportError:
         return None
     for file in (JSON_FILE, SENTENCEPIECE_FILE):

@@ -1,4 +1,5 @@
-"""Capture settings, read from the environment of the vLLM process (documented in README.md)."""
+"""Capture settings, read from the environment of the vLLM process (docs/live-capture.md,
+"Settings")."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine_hooks.endpoint import default_endpoint
+from engine_hooks.endpoint import MIN_TOKEN_LENGTH, TOKEN_ENV, default_endpoint
 
 # vLLM's prefix-caching hashes (`--prefix-caching-hash-algo`): SHA-256 (its default, with
 # pickle or CBOR) is cryptographic, so two different prefixes sharing a hash takes about 2^128
@@ -61,6 +62,14 @@ class CaptureConfig:
             raise ValueError(
                 f"KVSCOPE_ENDPOINT={endpoint!r}: expected ipc://PATH or tcp://HOST:PORT"
             )
+        token = env.get(TOKEN_ENV, "")
+        if endpoint.startswith("tcp://") and not token:
+            raise ValueError(
+                f"KVSCOPE_ENDPOINT={endpoint!r}: a collector listens on TCP only with "
+                f"{TOKEN_ENV} set; set the same {TOKEN_ENV} here, or use ipc://PATH"
+            )
+        if token and len(token) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"{TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters")
         tenant_from = env.get("KVSCOPE_TENANT_FROM", "extra_args")
         if tenant_from not in ("extra_args", "salt"):
             raise ValueError(f"KVSCOPE_TENANT_FROM={tenant_from!r}: expected extra_args or salt")

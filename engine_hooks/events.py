@@ -47,7 +47,7 @@ TokenId = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 BlockHash = Annotated[bytes, msgspec.Meta(min_length=8, max_length=64)]
 Fingerprint = Annotated[bytes, msgspec.Meta(max_length=64)]
 # Request ids, tenants, adapters, salts' pseudonyms, extra-key kinds: no control characters.
-NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f\x7f-\x9f]*$"
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f\x7f-\x9f]*\Z"  # \Z: "$" lets a final newline by
 Label = Annotated[str, msgspec.Meta(max_length=256, pattern=NO_CONTROL_CHARACTERS)]
 EngineId = Annotated[str, msgspec.Meta(max_length=128, pattern=r"^[A-Za-z0-9_.:@/+=-]*$")]
 DpRank = Annotated[int, msgspec.Meta(ge=0, le=2**15 - 1)]

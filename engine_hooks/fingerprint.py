@@ -38,7 +38,7 @@ class BlockFingerprints:
 
     def chain(self, request: Request, num_blocks: int) -> list[bytes]:
         """The fingerprints of the request's first `num_blocks` blocks (cached per request)."""
-        from vllm.v1.core.kv_cache_utils import generate_block_hash_extra_keys
+        from vllm.v1.core.kv_cache_utils import generate_block_hash_extra_keys  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         chain = self._chains.setdefault(request.request_id, [])
         if len(chain) >= num_blocks:

@@ -48,8 +48,9 @@ from engine_hooks.events import (
     Schedule,
 )
 from engine_hooks.layout import CacheLayout, check_layout
-from engine_hooks.pool_hooks import POOL_METHODS, Clock, PoolHooks
+from engine_hooks.pool_hooks import POOL_METHODS, PoolHooks
 from engine_hooks.privacy import Pseudonymizer
+from engine_hooks.recorder import Clock
 
 if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run time
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -89,7 +90,6 @@ class KVCacheHooks(PoolHooks):
         self._manager = manager
         self._pseudonymizer = pseudonymizer
         self._tier_hit_tokens = 0  # of the last `allocate_slots` call
-        self._attached: list[tuple[Any, str]] = []
 
     # -- attach / detach ---------------------------------------------------------------
 
@@ -121,16 +121,6 @@ class KVCacheHooks(PoolHooks):
             setattr(target, name, make(method))
             self._attached.append((target, name))
         return self
-
-    def detach(self) -> None:
-        """Remove every hook; the manager and pool behave exactly as before attach."""
-        for target, name in reversed(self._attached):
-            delattr(target, name)
-        self._attached.clear()
-
-    @property
-    def attached(self) -> bool:
-        return bool(self._attached)
 
     # -- records the caller reports ---------------------------------------------------
 
@@ -228,39 +218,47 @@ class KVCacheHooks(PoolHooks):
         return allocate_slots
 
     def _make_free(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def free(request: Request) -> None:
+        def free(request: Request, *args: Any, **kwargs: Any) -> None:
             self._request = request
             try:
-                original(request)
+                original(request, *args, **kwargs)
             finally:
                 self._request = None
-                if self._fingerprints:
+            if self._fingerprints:
+                try:
                     self._fingerprints.forget(request.request_id)
+                except Exception as error:
+                    self.failed(error, "KVCacheManager.free")
 
         return free
 
     def _make_record_prefix_cache_stats(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        manager = self._manager
-
-        def record_prefix_cache_stats(request: Request, num_hits: int) -> None:
-            original(request, num_hits)
-            if not manager.prefix_cache_lookup_enabled(request):
-                return
-            lora = request.lora_request.lora_name if request.lora_request else None
-            lora = self._pseudonymizer.lora(lora)
-            record = Lookup(
-                self._next_seq(),
-                self._clock(),
-                request.request_id,
-                request.num_tokens,
-                num_hits,
-                num_hits // self.block_size,
-                request.num_preemptions > 0,
-                # Set by the scheduler from `get_computed_blocks` (0 in a dense layout).
-                getattr(request, "shared_prefix_boundary", 0),
-                self._tier_hit_tokens,
-                lora=lora,
-            )
-            self._emit([record])
+        def record_prefix_cache_stats(request: Request, num_hits: int, *args: Any) -> None:
+            original(request, num_hits, *args)
+            try:
+                self._record_lookup(request, num_hits)
+            except Exception as error:
+                self.failed(error, "KVCacheManager.record_prefix_cache_stats")
 
         return record_prefix_cache_stats
+
+    def _record_lookup(self, request: Request, num_hits: int) -> None:
+        """A prefix-cache lookup, as vLLM counts one (`get_num_cached_tokens`, vLLM 0.34's
+        probe for the waiting queue's order, counts none and is not hooked)."""
+        if not self._manager.prefix_cache_lookup_enabled(request):
+            return
+        lora = request.lora_request.lora_name if request.lora_request else None
+        record = Lookup(
+            self._next_seq(),
+            self._clock(),
+            request.request_id,
+            request.num_tokens,
+            num_hits,
+            num_hits // self.block_size,
+            request.num_preemptions > 0,
+            # Set by the scheduler from `get_computed_blocks` (0 in a dense layout).
+            getattr(request, "shared_prefix_boundary", 0),
+            self._tier_hit_tokens,
+            lora=self._pseudonymizer.lora(lora),
+        )
+        self._emit([record])

@@ -67,7 +67,7 @@ def check_layout(manager: Any) -> CacheLayout:
         kind = MANAGER_KINDS.get(type(single).__name__)
         if kind is None:
             raise UnsupportedCacheLayout(
-                f"kvscope mirrors full-attention, sliding-window and chunked-local groups; "
+                f"kvscope mirrors full-attention, sliding-window, chunked-local and Mamba groups; "
                 f"group {index} is {type(spec).__name__} ({type(single).__name__})"
             )
         if spec.block_size != hash_block_size:

@@ -8,8 +8,11 @@ returns at once and changes nothing. With capture on, it wraps `Scheduler.__init
 the engine-core process, right after building its scheduler, attaches kvscope's hooks to
 that scheduler's KV cache manager and starts the transport to `kvscope collect`; and it gives
 the engine-core process time to flush its last records when vLLM shuts it down (below).
-Anything unexpected (an unsupported vLLM version, an unsupported KV cache layout, a bad
-setting) is logged as one error line and the engine runs on without capture.
+Anything unexpected (an unsupported vLLM version, a vLLM without a method or argument the
+hooks rely on (engine_hooks/vllm_api.py), an unsupported KV cache layout, a bad setting) is
+logged as one error line and the engine runs on without capture. Once attached, a hook
+whose own code fails stops capturing that engine, says so in one line and to the collector
+(the run records why), and vLLM's call goes on as if no hook were there.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from engine_hooks.privacy import Pseudonymizer, load_secret
 from engine_hooks.scheduler_hooks import SchedulerHooks
 from engine_hooks.transport import Transport
 from engine_hooks.versions import is_supported, supported_versions
+from engine_hooks.vllm_api import contract_problems
 
 logger = logging.getLogger("vllm.kvscope")  # vLLM's own handlers print it
 
@@ -48,8 +52,8 @@ def register() -> None:
     if not config.enabled:
         return
     try:
-        import vllm
-        from vllm.v1.core.sched.scheduler import Scheduler
+        import vllm  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+        from vllm.v1.core.sched.scheduler import Scheduler  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
     except ImportError as error:
         logger.error("kvscope: capture disabled: cannot import vLLM's v1 scheduler: %s", error)
         return
@@ -58,6 +62,14 @@ def register() -> None:
             "kvscope: capture disabled: vLLM %s is not supported (kvscope supports %s)",
             vllm.__version__,
             supported_versions(),
+        )
+        return
+    problems = contract_problems()
+    if problems:
+        logger.error(
+            "kvscope: capture disabled: vLLM %s lacks what the hooks rely on: %s",
+            vllm.__version__,
+            "; ".join(problems),
         )
         return
     if getattr(Scheduler.__init__, _PATCHED, False):
@@ -95,7 +107,7 @@ def _give_the_engine_time_to_flush(grace_s: float) -> None:
     busy machine's worker teardown alone can take): it gets the grace too.
     """
     try:
-        from vllm.v1.engine import utils as engine_utils
+        from vllm.v1.engine import utils as engine_utils  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         original = engine_utils.get_engine_process_shutdown_timeout
         original_shutdown = getattr(engine_utils, "shutdown")  # noqa: B009 - not exported
@@ -156,9 +168,11 @@ class Capture:
             token=engine_token(),
         )
         self.scheduler_hooks = SchedulerHooks(scheduler, self.hooks, self.tenant_of)
+        self.scheduler_hooks.on_failure = self.transport.report_stopped
+        self._stopped = False
 
     def _run_config(self) -> dict[str, Any]:
-        import vllm
+        import vllm  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         vllm_config = self.scheduler.vllm_config
         return {
@@ -186,9 +200,11 @@ class Capture:
         return self
 
     def stop(self) -> None:
-        """Detach everything and flush what is buffered to the collector (idempotent)."""
-        if not self.scheduler_hooks.attached:
+        """Detach everything and flush what is buffered to the collector (idempotent; the
+        hooks may have detached themselves already, after a failure of their own)."""
+        if self._stopped:
             return
+        self._stopped = True
         del self.scheduler.shutdown
         self.scheduler_hooks.detach()
         transport = self.transport
@@ -196,12 +212,13 @@ class Capture:
         atexit.unregister(self.stop)
         logger.info(
             "kvscope: engine %s stopped capturing: %d records, %d delivered, "
-            "%d dropped in transport, %d lost in the engine's buffer",
+            "%d dropped in transport, %d lost in the engine's buffer%s",
             self.config.engine_id,
             self.hooks.num_records,
             transport.num_delivered,
             transport.num_dropped,
             self.hooks.num_lost,
+            f"; capture had stopped: {self.hooks.failure}" if self.hooks.failure else "",
         )
 
     def tenant_of(self, request: Any) -> str | None:

@@ -1,6 +1,7 @@
 """The half of the hooks that sits on vLLM's `BlockPool`: block allocation, prefix hits,
-stores, frees, evictions and cache resets, each recorded after vLLM's own method ran; and
-the record numbering and buffering both halves share (see hooks.py for the whole design)."""
+stores, frees, evictions and cache resets, each recorded after vLLM's own method ran (see
+hooks.py for the whole design; recorder.py numbers and buffers the records of both halves,
+and says what both do when their own code fails)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,12 @@ from engine_hooks.events import (
 )
 from engine_hooks.fingerprint import BlockFingerprints
 from engine_hooks.layout import CacheLayout
+from engine_hooks.recorder import Clock, Recorder
 
 if TYPE_CHECKING:  # vLLM's own types; the hooks import nothing from vLLM at run time
     from vllm.v1.core.block_pool import BlockPool
     from vllm.v1.core.kv_cache_utils import KVCacheBlock
     from vllm.v1.request import Request
-
-Clock = Callable[[], int]
 
 POOL_METHODS = (
     "get_new_blocks",
@@ -44,7 +44,7 @@ POOL_METHODS = (
 )
 
 
-class PoolHooks:
+class PoolHooks(Recorder):
     """Records the block events of one `BlockPool` into an `EventBuffer`; the request that
     caused them is the one the manager half set in `_request`, and in a layout of several
     groups (or of one that is not full attention) the group is the one it set in `_group`.
@@ -64,9 +64,8 @@ class PoolHooks:
         record_token_ids: bool,
         check_collisions: bool,
     ) -> None:
+        super().__init__(buffer, clock)
         self._pool = pool
-        self._buffer = buffer
-        self._clock = clock
         self.layout = layout
         self.block_size = layout.block_size
         self.record_token_ids = record_token_ids
@@ -74,26 +73,6 @@ class PoolHooks:
         self._request: Request | None = None
         self._group = 0
         self._hit_length = 0
-        self._seq = 0
-        self.num_lost = 0
-
-    # -- plumbing ----------------------------------------------------------------------
-
-    def _next_seq(self) -> int:
-        seq = self._seq
-        self._seq = seq + 1
-        return seq
-
-    @property
-    def num_records(self) -> int:
-        """Records numbered so far: the next record's `seq`."""
-        return self._seq
-
-    def _emit(self, records: list[Event]) -> None:
-        # A refused batch leaves a gap in `seq`; whoever stores the stream records the gap
-        # as a `Drop` (the hooks cannot: the buffer that would carry it is full).
-        if records and not self._buffer.offer(records):
-            self.num_lost += len(records)
 
     # -- pool wrappers -----------------------------------------------------------------
 
@@ -102,57 +81,64 @@ class PoolHooks:
         return None if request is None else str(request.request_id)
 
     def _make_get_new_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        fingerprints = self._fingerprints
-
-        def get_new_blocks(num_blocks: int) -> list[KVCacheBlock]:
-            blocks: list[KVCacheBlock] = original(num_blocks)
-            block_ids = [block.block_id for block in blocks]
-            if fingerprints:
-                fingerprints.uncache(block_ids)  # vLLM dropped the hashes of cached ones
-            record = Allocate(
-                self._next_seq(),
-                self._clock(),
-                self._request_id(),
-                pack_counts(block_ids),
-                self._group,
-            )
-            self._emit([record])
+        def get_new_blocks(num_blocks: int, *args: Any, **kwargs: Any) -> list[KVCacheBlock]:
+            blocks: list[KVCacheBlock] = original(num_blocks, *args, **kwargs)
+            try:
+                self._record_allocate(blocks)
+            except Exception as error:
+                self.failed(error, "BlockPool.get_new_blocks")
             return blocks
 
         return get_new_blocks
 
-    def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        dense = self.layout.dense
+    def _record_allocate(self, blocks: list[KVCacheBlock]) -> None:
+        block_ids = [block.block_id for block in blocks]
+        if self._fingerprints:
+            self._fingerprints.uncache(block_ids)  # vLLM dropped the hashes of cached ones
+        record = Allocate(
+            self._next_seq(),
+            self._clock(),
+            self._request_id(),
+            pack_counts(block_ids),
+            self._group,
+        )
+        self._emit([record])
 
-        def touch(blocks: Sequence[KVCacheBlock]) -> None:
-            original(blocks)
-            first = 0
-            if not dense:  # a window's hit: vLLM's null blocks first, then the ones reused
-                blocks = [block for block in blocks if not block.is_null]
-                first = max(self._hit_length - len(blocks), 0)
-            if not blocks:
-                return
-            block_ids = [block.block_id for block in blocks]
-            keys = cast("list[bytes]", [block.block_hash for block in blocks])
-            now = self._clock()
-            request_id = self._request_id()
-            hashes = pack_cache_keys(keys)
-            records: list[Event] = [
-                Hit(
-                    self._next_seq(),
-                    now,
-                    request_id,
-                    pack_counts(block_ids),
-                    hashes,
-                    first,
-                    self._group,
-                )
-            ]
-            if self._fingerprints and self._request is not None:
-                records += self._check_hits(self._request, now, block_ids, keys, first=first)
-            self._emit(records)
+    def _make_touch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def touch(blocks: Sequence[KVCacheBlock], *args: Any, **kwargs: Any) -> None:
+            original(blocks, *args, **kwargs)
+            try:
+                self._record_hit(blocks)
+            except Exception as error:
+                self.failed(error, "BlockPool.touch")
 
         return touch
+
+    def _record_hit(self, blocks: Sequence[KVCacheBlock]) -> None:
+        first = 0
+        if not self.layout.dense:  # a window's hit: vLLM's null blocks, then the ones reused
+            blocks = [block for block in blocks if not block.is_null]
+            first = max(self._hit_length - len(blocks), 0)
+        if not blocks:
+            return
+        block_ids = [block.block_id for block in blocks]
+        keys = cast("list[bytes]", [block.block_hash for block in blocks])
+        now = self._clock()
+        hashes = pack_cache_keys(keys)
+        records: list[Event] = [
+            Hit(
+                self._next_seq(),
+                now,
+                self._request_id(),
+                pack_counts(block_ids),
+                hashes,
+                first,
+                self._group,
+            )
+        ]
+        if self._fingerprints and self._request is not None:
+            records += self._check_hits(self._request, now, block_ids, keys, first=first)
+        self._emit(records)
 
     def _check_hits(
         self, request: Request, now: int, block_ids: list[int], keys: list[bytes], *, first: int
@@ -176,8 +162,6 @@ class PoolHooks:
         ]
 
     def _make_cache_full_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        dense = self.layout.dense
-
         def cache_full_blocks(  # noqa: PLR0917 - vLLM's own signature
             request: Request,
             blocks: list[KVCacheBlock],
@@ -198,27 +182,47 @@ class PoolHooks:
             )
             if num_cached_blocks >= num_full_blocks:
                 return
-            if dense:  # vLLM stores every block of the range: full attention masks none out
-                stored_blocks = blocks[num_cached_blocks:num_full_blocks]
-                self._store(request, stored_blocks, num_cached_blocks, 0)
-                return
-            # vLLM skips null blocks (left of a window) and the ones the mask leaves out
-            # (which no later prefix could reach): one `Store` per run of stored positions.
-            stored = [
-                position
-                for position in range(num_cached_blocks, num_full_blocks)
-                if not blocks[position].is_null
-                and (block_mask is None or block_mask[position - num_cached_blocks])
-            ]
-            start = 0
-            for index in range(1, len(stored) + 1):
-                if index == len(stored) or stored[index] != stored[index - 1] + 1:
-                    first = stored[start]
-                    end = first + index - start
-                    self._store(request, blocks[first:end], first, kv_cache_group_id)
-                    start = index
+            try:
+                self._record_stores(
+                    request,
+                    blocks,
+                    num_cached_blocks,
+                    num_full_blocks,
+                    kv_cache_group_id,
+                    block_mask,
+                )
+            except Exception as error:
+                self.failed(error, "BlockPool.cache_full_blocks")
 
         return cache_full_blocks
+
+    def _record_stores(  # noqa: PLR0917 - vLLM's arguments, passed on
+        self,
+        request: Request,
+        blocks: list[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        group: int,
+        block_mask: list[bool] | None,
+    ) -> None:
+        if self.layout.dense:  # vLLM stores every block of the range: none masked out
+            self._store(request, blocks[num_cached_blocks:num_full_blocks], num_cached_blocks, 0)
+            return
+        # vLLM skips null blocks (left of a window) and the ones the mask leaves out
+        # (which no later prefix could reach): one `Store` per run of stored positions.
+        stored = [
+            position
+            for position in range(num_cached_blocks, num_full_blocks)
+            if not blocks[position].is_null
+            and (block_mask is None or block_mask[position - num_cached_blocks])
+        ]
+        start = 0
+        for index in range(1, len(stored) + 1):
+            if index == len(stored) or stored[index] != stored[index - 1] + 1:
+                first = stored[start]
+                end = first + index - start
+                self._store(request, blocks[first:end], first, group)
+                start = index
 
     def _store(
         self, request: Request, blocks: Sequence[KVCacheBlock], first: int, group: int
@@ -265,60 +269,86 @@ class PoolHooks:
         ) -> Any:
             before = block.block_hash
             key = original(request, block, num_tokens, kv_cache_group_id, *args, **kwargs)
-            after = block.block_hash
-            if after == before or after is None:
-                return key
-            if before is not None:
-                self._evict([block.block_id], cast("list[bytes]", [before]))
-            self._store(request, [block], num_tokens // self.block_size - 1, kv_cache_group_id)
+            try:
+                self._record_partial_store(request, block, before, num_tokens, kv_cache_group_id)
+            except Exception as error:
+                self.failed(error, "BlockPool.cache_partial_block")
             return key
 
         return cache_partial_block
 
-    def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        dense = self.layout.dense
+    def _record_partial_store(
+        self, request: Request, block: KVCacheBlock, before: Any, num_tokens: int, group: int
+    ) -> None:
+        after = block.block_hash
+        if after == before or after is None:
+            return
+        if before is not None:
+            self._evict([block.block_id], cast("list[bytes]", [before]))
+        self._store(request, [block], num_tokens // self.block_size - 1, group)
 
-        def free_blocks(ordered_blocks: Iterable[KVCacheBlock]) -> None:
-            blocks = list(ordered_blocks)
-            original(blocks)
-            ref_cnts = None  # in a dense layout, the collector's to count (events.Free)
-            if not dense:  # vLLM skips null blocks (it never pools them)
-                blocks = [block for block in blocks if not block.is_null]
-                ref_cnts = pack_counts([block.ref_cnt for block in blocks])
-            if not blocks:
-                return
-            record = Free(
-                self._next_seq(),
-                self._clock(),
-                self._request_id(),
-                pack_counts([block.block_id for block in blocks]),
-                ref_cnts,
-            )
-            self._emit([record])
+    def _make_free_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def free_blocks(ordered_blocks: Iterable[KVCacheBlock], *args: Any, **kwargs: Any) -> None:
+            # vLLM 0.34 adds `evict_first`: passed on as given (vllm_api.py).
+            blocks = list(ordered_blocks)  # read twice: by vLLM, then by the record
+            original(blocks, *args, **kwargs)
+            try:
+                self._record_free(blocks)
+            except Exception as error:
+                self.failed(error, "BlockPool.free_blocks")
 
         return free_blocks
 
-    def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        pool_blocks = self._pool.blocks
+    def _record_free(self, blocks: list[KVCacheBlock]) -> None:
+        ref_cnts = None  # in a dense layout, the collector's to count (events.Free)
+        if not self.layout.dense:  # vLLM skips null blocks (it never pools them)
+            blocks = [block for block in blocks if not block.is_null]
+            ref_cnts = pack_counts([block.ref_cnt for block in blocks])
+        if not blocks:
+            return
+        record = Free(
+            self._next_seq(),
+            self._clock(),
+            self._request_id(),
+            pack_counts([block.block_id for block in blocks]),
+            ref_cnts,
+        )
+        self._emit([record])
 
-        def evict_blocks(block_ids: set[int]) -> None:
+    def _make_evict_blocks(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def evict_blocks(block_ids: set[int], *args: Any, **kwargs: Any) -> None:
             # vLLM drops the hash of each cached block among `block_ids`: read them first.
-            num_blocks = len(pool_blocks)
-            keys = {
-                block_id: pool_blocks[block_id].block_hash
-                for block_id in block_ids
-                if 0 <= block_id < num_blocks
-            }
-            original(block_ids)
-            evicted = sorted(
-                block_id
-                for block_id, key in keys.items()
-                if key is not None and pool_blocks[block_id].block_hash is None
-            )
-            if evicted:
-                self._evict(evicted, cast("list[bytes]", [keys[block_id] for block_id in evicted]))
+            try:
+                keys = self._cached_keys(block_ids)
+            except Exception as error:
+                self.failed(error, "BlockPool.evict_blocks")
+                keys = {}
+            original(block_ids, *args, **kwargs)
+            try:
+                self._record_evictions(keys)
+            except Exception as error:
+                self.failed(error, "BlockPool.evict_blocks")
 
         return evict_blocks
+
+    def _cached_keys(self, block_ids: Iterable[int]) -> dict[int, Any]:
+        pool_blocks = self._pool.blocks
+        num_blocks = len(pool_blocks)
+        return {
+            block_id: pool_blocks[block_id].block_hash
+            for block_id in block_ids
+            if 0 <= block_id < num_blocks
+        }
+
+    def _record_evictions(self, keys: dict[int, Any]) -> None:
+        pool_blocks = self._pool.blocks
+        evicted = sorted(
+            block_id
+            for block_id, key in keys.items()
+            if key is not None and pool_blocks[block_id].block_hash is None
+        )
+        if evicted:
+            self._evict(evicted, cast("list[bytes]", [keys[block_id] for block_id in evicted]))
 
     def _evict(self, block_ids: list[int], keys: list[bytes]) -> None:
         """Record that vLLM dropped these blocks' keys from its prefix cache."""
@@ -330,12 +360,18 @@ class PoolHooks:
         self._emit([record])
 
     def _make_reset_prefix_cache(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def reset_prefix_cache() -> bool:
-            done: bool = original()
+        def reset_prefix_cache(*args: Any, **kwargs: Any) -> bool:
+            done: bool = original(*args, **kwargs)
             if done:
-                if self._fingerprints:
-                    self._fingerprints.clear()
-                self._emit([Reset(self._next_seq(), self._clock(), None, None)])
+                try:
+                    self._record_reset()
+                except Exception as error:
+                    self.failed(error, "BlockPool.reset_prefix_cache")
             return done
 
         return reset_prefix_cache
+
+    def _record_reset(self) -> None:
+        if self._fingerprints:
+            self._fingerprints.clear()
+        self._emit([Reset(self._next_seq(), self._clock(), None, None)])

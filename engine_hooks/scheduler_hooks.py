@@ -7,13 +7,18 @@ from collections.abc import Callable
 from typing import Any
 
 from engine_hooks.hooks import KVCacheHooks
+from engine_hooks.vllm_api import resumed_request_ids
 
 
 class SchedulerHooks:
     """kvscope's hooks on a scheduler's KV cache manager, and the scheduler calls that say
     what the manager cannot: a request arrived (with its tenant), was scheduled, preempted or
     freed; the pool's state after each step. The plugin's capture and the scheduler replay
-    (collector/replay/scheduler_replay.py) attach the same ones."""
+    (collector/replay/scheduler_replay.py) attach the same ones.
+
+    Their own code never raises into vLLM: a failure stops capture of the engine (the hooks'
+    `failed`), and these wrappers go with the manager's, leaving the scheduler's own methods
+    as they were; then `on_failure` hears why (the plugin tells the collector)."""
 
     WRAPPED = ("add_request", "schedule", "_preempt_request", "_free_request")
 
@@ -24,6 +29,8 @@ class SchedulerHooks:
         self.hooks = hooks
         self.tenant_of = tenant_of
         self._wrapped: list[str] = []
+        self.on_failure: Callable[[str], None] | None = None
+        hooks.on_failure = self._hooks_failed
 
     @property
     def attached(self) -> bool:
@@ -44,33 +51,56 @@ class SchedulerHooks:
         self._wrapped.clear()
         self.hooks.detach()
 
+    def _hooks_failed(self, failure: str) -> None:
+        """The hooks stopped (they detached themselves): the scheduler's wrappers go too."""
+        self.detach()
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
     def _wrap_add_request(self, original: Any) -> Any:
-        def add_request(request: Any) -> None:
-            is_new = request.request_id not in self.scheduler.requests
-            original(request)
+        def add_request(request: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                is_new = request.request_id not in self.scheduler.requests
+            except Exception as error:
+                self.hooks.failed(error, "Scheduler.add_request")
+                is_new = False
+            original(request, *args, **kwargs)
             if is_new:
-                self.hooks.on_arrive(request, tenant=self.tenant_of(request))
+                try:
+                    self.hooks.on_arrive(request, tenant=self.tenant_of(request))
+                except Exception as error:
+                    self.hooks.failed(error, "Scheduler.add_request")
 
         return add_request
 
     def _wrap_schedule(self, original: Any) -> Any:
-        requests = self.scheduler.requests
-
         def schedule(*args: Any, **kwargs: Any) -> Any:
             output = original(*args, **kwargs)
-            for new_request in output.scheduled_new_reqs:
-                self.hooks.on_schedule(requests[new_request.req_id])
-            for request_id in output.scheduled_cached_reqs.resumed_req_ids:
-                self.hooks.on_schedule(requests[request_id])
-            self.hooks.record_pool_state()
+            try:
+                self._record_scheduled(output)
+            except Exception as error:
+                self.hooks.failed(error, "Scheduler.schedule")
             return output
 
         return schedule
 
+    def _record_scheduled(self, output: Any) -> None:
+        """The requests a step schedules for the first time or again after a preemption
+        (where each version of vLLM lists them: vllm_api.py), and the pool after it."""
+        requests = self.scheduler.requests
+        for new_request in output.scheduled_new_reqs:
+            self.hooks.on_schedule(requests[new_request.req_id])
+        for request_id in resumed_request_ids(output):
+            self.hooks.on_schedule(requests[request_id])
+        self.hooks.record_pool_state()
+
     def _wrap__preempt_request(self, original: Any) -> Any:
         def _preempt_request(request: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(request, *args, **kwargs)
-            self.hooks.on_preempt(request)
+            try:
+                self.hooks.on_preempt(request)
+            except Exception as error:
+                self.hooks.failed(error, "Scheduler._preempt_request")
             return result
 
         return _preempt_request
@@ -78,7 +108,10 @@ class SchedulerHooks:
     def _wrap__free_request(self, original: Any) -> Any:
         def _free_request(request: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(request, *args, **kwargs)
-            self.hooks.on_finish(request)
+            try:
+                self.hooks.on_finish(request)
+            except Exception as error:
+                self.hooks.failed(error, "Scheduler._free_request")
             return result
 
         return _free_request

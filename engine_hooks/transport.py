@@ -99,6 +99,9 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     next_seq: BigCount = 0
     # `events.WIRE_FORMAT` of the hooks that sent it (hooks from before the field: 1).
     wire_format: Count = 1
+    # Why the hooks stopped capturing this engine (a failure of their own, vLLM running on
+    # uncaptured), in every batch sent after it; "" while they capture.
+    capture_stopped: Label = ""
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
@@ -147,6 +150,8 @@ class Transport:
         self._socket: zmq.Socket[bytes] | None = None
         self._monitor: zmq.Socket[bytes] | None = None
         self.connected = False
+        self.capture_stopped = ""  # set from the engine's thread: one str, read here
+        self._stop_reported = False
         self.num_sent = 0
         self.num_delivered = 0
         self.num_dropped = 0
@@ -206,7 +211,15 @@ class Transport:
         while not self._stopping.wait(self._interval_s):
             self._watch_connection()
             self._send_pending()
+            if self.capture_stopped and not self._stop_reported:
+                self._stop_reported = True
+                self._send_closing()  # the stream ends here, and the header says why
             self._receive_acks()
+
+    def report_stopped(self, reason: str) -> None:
+        """The hooks stopped capturing (`PoolHooks.failed`): the next batch tells the
+        collector why, and where the stream ends. Returns at once (the engine's thread)."""
+        self.capture_stopped = reason
 
     def _watch_connection(self) -> None:
         assert self._monitor is not None
@@ -247,8 +260,9 @@ class Transport:
     def _send_closing(self) -> None:
         """Tell the collector where the stream ends (tiny: it goes past the bounds). If ZMQ's
         queue is full, no collector takes anything now: the run file cannot learn it anyway."""
-        if self._next_seq is not None:
-            self._ship(self._encoder.encode([]), 0, next_seq=self._next_seq())
+        if self._next_seq is not None or self.capture_stopped:
+            next_seq = self._next_seq() if self._next_seq is not None else 0
+            self._ship(self._encoder.encode([]), 0, next_seq=next_seq)
 
     def _ship(self, encoded: bytes, num_records: int, next_seq: int = 0) -> bool:
         """Send one batch's header and encoded records without waiting, and count it in
@@ -264,6 +278,7 @@ class Transport:
             self._settings,
             next_seq,
             WIRE_FORMAT,
+            self.capture_stopped,
         )
         try:
             self._socket.send_multipart(

@@ -3,6 +3,8 @@ size the sweep recommends, with numbers; Markdown and JSON agree."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -18,9 +20,6 @@ from tests.support.repo import SAMPLE_RUN
 
 @pytest.fixture(scope="module")
 def advice_json() -> dict:
-    import contextlib
-    import io
-
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         assert main(["advise", str(SAMPLE_RUN), "--json"]) == 0

@@ -23,6 +23,7 @@ from collector.store.run_file import RunFile
 from tests.support.app import go_to, start
 from tests.support.fleet import BLOCK_SIZE, FAMILIES, family_trace
 from tests.support.repo import SECRET
+from tests.support.sweeps import sweep_result
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -206,9 +207,9 @@ def test_the_scheduler_checks_a_fleet_engine_by_engine(tmp_path: Path) -> None:
 
 def test_a_sweep_of_one_pool_is_left_out_of_a_fleets_curves(tmp_path: Path) -> None:
     run = fleet_run(tmp_path, num_blocks=20)
-    point = {"block_size": BLOCK_SIZE, "num_blocks": 40, "token_hit_ratio": 0.5}
+    point = sweep_result(BLOCK_SIZE, 40, 0.5)
     with RunFile.open(run) as run_file:
-        one_pool = RunContext(run_file, run, whatif={"results": [point]})
+        one_pool = RunContext(run_file, run, whatif=[point])
         assert one_pool.whatif_rows == []
         curves = whatif_curves(one_pool)
         assert [series.name for series in curves.series] == [
@@ -217,9 +218,9 @@ def test_a_sweep_of_one_pool_is_left_out_of_a_fleets_curves(tmp_path: Path) -> N
         ]
         assert curves.title.startswith("What-if: token hit ratio by KV cache size per engine")
         # A sweep of fleets: the run's own engines and router count, other routers do not.
-        same = {**point, "engines": 2, "router": "round-robin"}
-        other = {**point, "engines": 2, "router": "prefix-affinity"}
-        fleet = RunContext(run_file, run, whatif={"results": [same, other]})
+        same = sweep_result(BLOCK_SIZE, 40, 0.5, engines=2, router="round-robin")
+        other = sweep_result(BLOCK_SIZE, 40, 0.5, engines=2, router="prefix-affinity")
+        fleet = RunContext(run_file, run, whatif=[same, other])
         assert fleet.whatif_rows == [same]
 
 

@@ -13,6 +13,7 @@ from collector.advisor import RunContext
 from collector.advisor.routing import routing
 from collector.advisor.suggestion import NotApplicable, NothingToWin
 from collector.model.kv_memory import MODELS, gib_for_blocks
+from collector.queries.summary import run_summary
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay
 from collector.store.run_file import RunFile
@@ -60,8 +61,6 @@ def judge(run: Path) -> Any:
 
 
 def ratio_of(run: Path) -> float:
-    from collector.queries.summary import run_summary
-
     with RunFile.open(run) as run_file:
         return float(run_summary(run_file)["token_hit_ratio"])
 

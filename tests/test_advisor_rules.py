@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 
 from collector.advisor import RULES, RunContext, Suggestion, advise
-from collector.advisor.cache_size import recommend_size
+from collector.advisor.cache_size import SizeSource, phrase_source, recommend_size
+from collector.advisor.ranking import merge_same_flag, rank
 from collector.advisor.suggestion import SEVERITIES
+from collector.replay.sweep_results import SweepResult
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks.events import Arrive
 from tests.support.block_manager import tiny_run
+from tests.support.sweeps import sweep_result
 
 Rows = list[dict[str, Any]]
 
@@ -127,14 +130,10 @@ def test_cache_size(tmp_path: Path) -> None:
     assert judge(no_reuse, "cache-size")[0] == "silent"
 
 
-def replays(*points: tuple[int, float]) -> dict[str, Any]:
-    """A what-if sweep at block size 4 (as `kvscope whatif` writes it): pool sizes and the
-    token hit ratio each replay measured."""
-    results = [
-        {"block_size": 4, "num_blocks": blocks, "token_hit_ratio": ratio}
-        for blocks, ratio in points
-    ]
-    return {"results": results}
+def replays(*points: tuple[int, float]) -> list[SweepResult]:
+    """A what-if sweep at block size 4: pool sizes and the token hit ratio each replay
+    measured."""
+    return [sweep_result(4, blocks, ratio) for blocks, ratio in points]
 
 
 def test_cache_size_never_takes_a_sweeps_largest_point_for_unlimited(tmp_path: Path) -> None:
@@ -150,13 +149,14 @@ def test_cache_size_never_takes_a_sweeps_largest_point_for_unlimited(tmp_path: P
     unlimited = 28 * 8 / (32 * 9)
     assert (curve_only.num_blocks, curve_only.top_ratio) == (10, unlimited)
     assert (short.num_blocks, short.ratio, short.top_ratio) == (10, unlimited, unlimited)
-    assert short.source.startswith("one-pass curve")
+    assert short.source is SizeSource.CURVE
     assert short.short_sweep == (
         "the what-if sweep stops at 8 blocks (10.0%), before the curve flattens: replay "
         "10 blocks or more to check this recommendation through vLLM"
     )
     assert (spanning.num_blocks, spanning.ratio, spanning.top_ratio) == (10, 0.6, unlimited)
-    assert spanning.source == "what-if replays through vLLM (3 pool sizes)"
+    assert spanning.source is SizeSource.WHATIF
+    assert phrase_source(spanning) == "what-if replays through vLLM (3 pool sizes)"
     assert spanning.short_sweep == ""
 
 
@@ -503,8 +503,6 @@ def test_every_rule_has_a_test_here() -> None:
 
 
 def test_ranking_puts_severity_first_then_tokens_gained() -> None:
-    from collector.advisor.ranking import rank
-
     def suggestion(title: str, severity: str, gain_tokens: float) -> Suggestion:
         return Suggestion("rule", title, severity, ["evidence"], "effect", "action", gain_tokens)
 
@@ -525,8 +523,6 @@ def test_ranking_puts_severity_first_then_tokens_gained() -> None:
 
 
 def test_suggestions_that_turn_the_same_flag_are_merged() -> None:
-    from collector.advisor.ranking import merge_same_flag
-
     def suggestion(rule: str, action: str) -> Suggestion:
         return Suggestion(rule, f"{rule} title", "high", [f"{rule} evidence"], "effect", action)
 

@@ -5,22 +5,26 @@ trace; a run replayed one request at a time keeps the curve, which is exact for 
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from collector.advisor import RULES, RunContext, advise
-from collector.advisor.cache_size import CURVE_SOURCE, SCHEDULER_SOURCE, recommend_size
-from collector.advisor.scheduler_check import reason_to_skip
+from collector.advisor.cache_size import (
+    CURVE_SOURCE,
+    SCHEDULER_SOURCE,
+    SizeSource,
+    recommend_size,
+)
+from collector.advisor.scheduler_check import reason_to_skip, scheduler_check
 from collector.model.kv_memory import MODELS
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay
 from collector.store.run_file import RunFile
 from tests.support.block_manager import tiny_run
-from tests.support.repo import REPO, SECRET
+from tests.support.python_script import run_python
+from tests.support.repo import SECRET
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -64,7 +68,7 @@ def test_a_concurrent_run_takes_the_ratios_of_scheduler_replays(tmp_path: Path) 
         recommendation = recommend_size(context)
         curve = context.curve
         (grow,) = advise(context, CACHE_SIZE).suggestions
-    assert recommendation.source == SCHEDULER_SOURCE
+    assert recommendation.source is SizeSource.SCHEDULER
     assert recommendation.num_blocks == 10  # the curve picked it
     trace = tmp_path / "trace.jsonl"
     assert recommendation.current_ratio == scheduler_replay_ratio(trace, 9, max_num_seqs=2)
@@ -89,7 +93,7 @@ def test_contexts_of_one_run_share_its_scheduler_replays(tmp_path: Path) -> None
         ((pools, check),) = shared.items()
         assert pools == (9, 10) and check.ratios == {9: first.current_ratio, 10: first.ratio}
         other = RunContext(run_file, run, MODELS["qwen2.5-7b"], scheduler_checks=shared)
-        assert other.scheduler_check(pools) is check
+        assert scheduler_check(other, pools) is check
         assert recommend_size(other).ratio == first.ratio
 
 
@@ -118,7 +122,7 @@ def test_a_sequential_run_keeps_the_curve_which_is_exact_for_it(tmp_path: Path) 
         (grow,) = advise(context, CACHE_SIZE).suggestions
         assert recommendation.current_ratio == context.summary["token_hit_ratio"]
         assert recommendation.ratio == context.curve.token_hit_ratio(10)
-    assert recommendation.source == CURVE_SOURCE
+    assert recommendation.source is SizeSource.CURVE
     assert recommendation.curve_note == (
         "the one-pass curve is exact for this run, which ran one request at a time"
     )
@@ -132,7 +136,7 @@ def test_a_run_without_its_prompts_keeps_the_curve_and_says_why(tmp_path: Path) 
         recommendation = recommend_size(context)
         (grow,) = advise(context, CACHE_SIZE).suggestions
         assert recommendation.ratio == context.curve.token_hit_ratio(10)
-    assert recommendation.source == CURVE_SOURCE
+    assert recommendation.source is SizeSource.CURVE
     assert recommendation.curve_note == (
         "the curve's figures are not checked through vLLM's Scheduler: the run did not record "
         "its prompts' token ids (replay with --record-token-ids, or run `kvscope whatif` on "
@@ -165,27 +169,20 @@ class Absent:
 
 sys.meta_path.insert(0, Absent())
 from collector.advisor import RunContext
-from collector.advisor.cache_size import recommend_size
+from collector.advisor.cache_size import phrase_source, recommend_size
 from collector.store.run_file import RunFile
 
 run = Path(sys.argv[1])
 with RunFile.open(run) as run_file:
     recommendation = recommend_size(RunContext(run_file, run))
-print(recommendation.source)
+print(phrase_source(recommendation))
 print(recommendation.curve_note)
 """
 
 
 def test_without_vllm_the_curve_stands_and_says_why(tmp_path: Path) -> None:
     run = run_of(tmp_path, 9, timing="scheduler", max_num_seqs=2, record_token_ids=True)
-    result = subprocess.run(
-        [sys.executable, "-c", WITHOUT_VLLM, str(run)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
+    result = run_python(WITHOUT_VLLM, str(run), check=True, timeout=120)
     assert result.stdout.splitlines() == [
         CURVE_SOURCE,
         "the curve's figures are not checked through vLLM's Scheduler: this environment has "

@@ -22,8 +22,9 @@ from collector.replay.sample_text import INTROS
 from collector.store.run_file import RunFile
 from collector.token_text import SAMPLE_TOKENIZER
 from tests.support.app import go_to, metrics, start
+from tests.support.block_manager import tiny_run
 from tests.support.repo import SAMPLE_RUN
-from tests.support.runs import shared_prefix_run
+from tests.support.runs import SHARED_PREFIX, shared_prefix_run
 from visualizer.pages import PAGES as APP_PAGES
 
 # Every page but vLLM's KV events, whose charts need a run that has them
@@ -234,11 +235,11 @@ def test_prefix_tree_selection_shows_that_block() -> None:
             {"hash": int(block_id, 16)},
         )[0]
     shown = metrics(app)
-    assert shown["Hits"] == f"{hits:,}" == f"{summary['hits']:,}"
-    assert shown["Times evicted"] == f"{evictions:,}" == f"{summary['evictions']:,}"
-    assert shown["Times re-stored"] == f"{summary['restores']:,}"
+    assert shown["Hits"] == f"{hits:,}" == f"{summary.hits:,}"
+    assert shown["Times evicted"] == f"{evictions:,}" == f"{summary.evictions:,}"
+    assert shown["Times re-stored"] == f"{summary.restores:,}"
     history = next(table.value for table in app.dataframe if "kind" in table.value)
-    assert (history["kind"] == "hit").sum() == summary["hits"]
+    assert (history["kind"] == "hit").sum() == summary.hits
 
 
 def test_prefix_tree_colour_size_and_merge_controls() -> None:
@@ -258,7 +259,7 @@ def test_prefix_tree_colour_size_and_merge_controls() -> None:
 
 def write_word_tokenizer(folder: Path) -> Path:
     """A real tokenizer on disk, token i being the word "w<i>", for the whole vocabulary."""
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models  # noqa: PLC0415 - tokenizers is optional: only token text needs it
 
     vocabulary = {f"w{index}": index for index in range(32_000)}
     folder.mkdir(parents=True)
@@ -398,8 +399,8 @@ def test_compare_with_no_other_run(tmp_path: Path) -> None:
 
 
 def test_a_run_not_written_yet_is_waited_for(tmp_path: Path) -> None:
-    """The README's live steps: the app is opened on the collector's run file before the
-    collector's first batch has created it."""
+    """The live-capture steps (docs/live-capture.md): the app is opened on the collector's run
+    file before the collector's first batch has created it."""
     run = tmp_path / "live.duckdb"
     app = start(run)
     assert app.info[0].value.startswith(
@@ -441,8 +442,5 @@ def test_pages_on_a_window_with_nothing_in_it(tmp_path: Path, page: str, message
 
 
 def test_collisions_page_says_when_the_check_was_off(tmp_path: Path) -> None:
-    from tests.support.block_manager import tiny_run
-    from tests.support.runs import SHARED_PREFIX
-
     app = go_to(start(tiny_run(tmp_path, SHARED_PREFIX, num_blocks=6)), "views/collisions.py")
     assert "recorded without the collision check, so no hit was checked" in said(app)

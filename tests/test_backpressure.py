@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine import (
-    BLOCK_SIZE,
     collector_process,
     drive,
-    make_scheduler,
     recorded_drops,
     stored_record_numbers,
     wait_for,
     workload,
+    workload_scheduler,
 )
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -30,7 +29,7 @@ def run_with_a_paused_collector(tmp_path: Path, endpoint: str) -> tuple[object, 
     it has caught up, so records stored after any gap show the file where the gap is."""
     run = tmp_path / "run.duckdb"
     rows = workload()
-    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+    scheduler = workload_scheduler(tmp_path / "model")
     capture = scheduler.kvscope_capture
     with collector_process(run, endpoint) as process:
         drive(scheduler, rows[:100], per_step=3)

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from collector.model.step_model import StepModel
 from collector.replay.block_manager import CacheSettings
-from collector.replay.simulator import Simulator, StepModel, VirtualClock
+from collector.replay.simulator import Simulator, VirtualClock
 from collector.replay.traces import read_trace
 from collector.store.cache_mirror import CacheMirrors
 from collector.store.run_file import RunConfig, RunFile, RunStore

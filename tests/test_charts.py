@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collector.charts import comparison as comparison_charts
+from collector.charts.theme import CATEGORY_COLORS, ROOT_COLOR, VERDICT_COLORS, category_colors
 from collector.model import comparison, cost
 from collector.queries import activity, collisions, hotspots, prefix_tree, tenants
 from collector.queries.timeline import time_grid
@@ -16,19 +18,12 @@ from collector.store.run_file import RunFile
 from tests.support.modules import loaded_modules
 from tests.support.runs import hex_names, shared_prefix_run
 from visualizer.charts import collisions as collision_charts
-from visualizer.charts import comparison as comparison_charts
 from visualizer.charts import free_blocks as free_block_charts
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.charts import overview as overview_charts
 from visualizer.charts import prefix_tree as tree_charts
 from visualizer.charts import roi as roi_charts
 from visualizer.charts import tenants as tenant_charts
-from visualizer.charts.theme import (
-    CATEGORY_COLORS,
-    ROOT_COLOR,
-    VERDICT_COLORS,
-    category_colors,
-)
 
 
 @pytest.fixture(scope="module")

@@ -3,20 +3,24 @@ ZmqEventPublisher, fed by a real KVCacheManager, writes what the events carry.""
 
 from __future__ import annotations
 
-import signal
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from collector.replay.block_manager import CacheSettings
-from collector.store.run_file import RunFile, live_copy_path
-from tests.support.engine import collector_process
+from collector.live.receiver import Receiver
+from collector.replay.block_manager import CacheSettings, make_kv_cache_manager
+from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path
+from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+from engine_hooks.transport import Transport
+from tests.support.engine import collector_process, replay_to_collector, stop_collector, wait_for
 from tests.support.repo import SAMPLE_TRACE
 from tests.support.vllm_kv_pipeline import (
     TOPIC,
     EventSource,
     socket_directory,
+    subscribed_collector,
     wait_until_sent,
     zmq_publisher,
 )
@@ -35,24 +39,10 @@ def published_blocks(source: EventSource, kind: str) -> int:
 
 
 def test_collector_stores_vllms_own_kv_events() -> None:
-    with ExitStack() as stack:
-        directory = stack.enter_context(socket_directory())
-        publisher = stack.enter_context(zmq_publisher(directory))
-        run = directory / "run.duckdb"
-        process = stack.enter_context(
-            collector_process(
-                run,
-                f"ipc://{directory}/hooks",
-                "--vllm-kv-events",
-                f"ipc://{directory}/events",
-                "--vllm-kv-replay",
-                f"ipc://{directory}/replay",
-                "--vllm-kv-topic",
-                TOPIC,
-                "--block-size",
-                "16",
-            )
-        )
+    with (
+        socket_directory() as directory,
+        subscribed_collector(directory, "--block-size", "16") as (publisher, process, run),
+    ):
         source = EventSource(publisher, CacheSettings(16, 1_200))
         source.replay(SAMPLE_TRACE, limit=80)
         wait_until_sent(publisher)
@@ -61,8 +51,7 @@ def test_collector_stores_vllms_own_kv_events() -> None:
             published_blocks(source, "BlockRemoved"),
         )
         # No waiting: on SIGTERM the collector catches up through vLLM's replay socket.
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        stop_collector(process)
 
         with RunFile.open(run) as run_file:
             rows = run_file.row(
@@ -82,11 +71,6 @@ def test_collector_stores_vllms_own_kv_events() -> None:
 def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -> None:
     """vLLM's KV events do not say the pool's size or hash; when they reach the collector
     before the plugin's first batch, the run takes the engine's settings from that batch."""
-    from collector.replay.block_manager import make_kv_cache_manager
-    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-    from engine_hooks.transport import Transport
-    from tests.support.engine import wait_for
-
     with ExitStack() as stack:
         directory = stack.enter_context(socket_directory())
         publisher = stack.enter_context(zmq_publisher(directory))
@@ -118,8 +102,7 @@ def test_an_engines_settings_replace_the_guesses_of_a_run_begun_by_kv_events() -
         transport = Transport(buffer, hooks_endpoint, engine_id="e", config=config).start()
         wait_for(lambda: transport.num_delivered == 1)
         transport.stop()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        stop_collector(process)
         with RunFile.open(run) as run_file:
             row = run_file.row(
                 "SELECT source, block_size, num_blocks, hash_algo, vllm_version,"
@@ -133,12 +116,6 @@ def test_a_resumed_run_begun_by_kv_events_still_takes_the_engines_settings(
 ) -> None:
     """A collector of vLLM's KV events killed before any engine batch came: restarted on the
     file, it still replaces its guesses with the first engine batch's settings."""
-    import threading
-
-    from collector.live.receiver import Receiver
-    from collector.store.run_file import RunConfig, RunStore
-    from tests.support.engine import replay_to_collector
-
     run, endpoint = tmp_path / "run.duckdb", f"ipc://{tmp_path}/hooks"
     guesses = RunConfig(
         "vllm-kv-events", block_size=16, num_blocks=0, hash_algo="unknown", vllm_version="unknown"

@@ -17,15 +17,14 @@ from collector.queries.summary import run_summary
 from collector.store.run_file import RunStore, live_copy_path
 from tests.support.app import start
 from tests.support.engine import (
-    BLOCK_SIZE,
     KILL_AFTER_STEPS,
     collector_process,
     drive,
     kill_collector_mid_run,
-    make_scheduler,
     recorded_drops,
     stored_record_numbers,
     workload,
+    workload_scheduler,
 )
 from tests.support.repo import REPO
 
@@ -51,7 +50,7 @@ def test_a_killed_collector_restarted_on_its_file_goes_on(
 ) -> None:
     run = tmp_path / "run.duckdb"
     rows = workload()
-    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+    scheduler = workload_scheduler(tmp_path / "model")
     capture = scheduler.kvscope_capture
     handed = kill_mid_run(run, capture_environment, scheduler, rows)
     drive(scheduler, rows[handed : handed + 60], per_step=3)  # no collector now
@@ -78,7 +77,7 @@ def test_kvscope_finish_finishes_a_killed_run_and_the_app_warns_until_then(
     tmp_path: Path, capture_environment: str
 ) -> None:
     run = tmp_path / "run.duckdb"
-    scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+    scheduler = workload_scheduler(tmp_path / "model")
     kill_mid_run(run, capture_environment, scheduler, workload())
     scheduler.shutdown()
     assert live_copy_path(run).exists(), "the killed collector left its live copy"

@@ -1,6 +1,7 @@
 """Private by default: the collector's socket sits in a folder only its owner can use, a
-squatted or shared one is refused on both sides, a busy endpoint or metrics port is a clear
-error, other machines are refused unless the collector allows them and engines show a token."""
+squatted or shared one is refused on both sides, so is an abstract socket (unless allowed),
+TCP without a token and port 0; a busy endpoint or metrics port is a clear error, other
+machines are refused unless the collector allows them and engines show a token."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from collector.live.receiver import INGEST_MEMORY_LIMIT, Receiver
+from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
 from collector.store.live_copy import LiveCopy
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import EventBuffer
+from engine_hooks.config import CaptureConfig
 from engine_hooks.endpoint import EndpointError
 from engine_hooks.events import Pool
 from engine_hooks.transport import Transport
@@ -30,10 +33,15 @@ from tests.support.repo import REPO
 CONFIG = {"block_size": 16, "num_blocks": 100, "hash_algo": "sha256", "vllm_version": "0"}
 
 
-def collect(*args: str, umask: int | None = None, **environment: str) -> subprocess.Popen[str]:
+TOKEN = "a-shared-token-of-some-length"
+
+
+def collect(
+    *args: str, umask: int | None = None, cwd: Path = REPO, **environment: str
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "collect", *args],
-        cwd=REPO,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO), **environment},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -42,8 +50,8 @@ def collect(*args: str, umask: int | None = None, **environment: str) -> subproc
     )
 
 
-def refused(*args: str, **environment: str) -> str:
-    process = collect(*args, **environment)
+def refused(*args: str, cwd: Path = REPO, **environment: str) -> str:
+    process = collect(*args, cwd=cwd, **environment)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2, output
     assert "Traceback" not in output
@@ -94,7 +102,11 @@ def test_a_second_collector_or_a_taken_metrics_port_is_a_clear_error(tmp_path: P
         second = refused("--db", str(tmp_path / "second.duckdb"), "--endpoint", endpoint)
         assert "another collector is listening there" in second
         tcp = refused(
-            "--db", str(tmp_path / "third.duckdb"), "--endpoint", f"tcp://127.0.0.1:{port}"
+            "--db",
+            str(tmp_path / "third.duckdb"),
+            "--endpoint",
+            f"tcp://127.0.0.1:{port}",
+            KVSCOPE_TOKEN=TOKEN,
         )
         assert "another process is listening there" in tcp
         metrics = refused(
@@ -173,7 +185,7 @@ def test_other_machines_need_allow_remote_and_a_token(tmp_path: Path) -> None:
 
 
 def test_with_a_token_only_engines_that_present_it_are_heard(tmp_path: Path) -> None:
-    token = "a-shared-token-of-some-length"
+    token = TOKEN
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     process = collect(
         "--db", str(tmp_path / "run.duckdb"), "--endpoint", endpoint, KVSCOPE_TOKEN=token
@@ -233,3 +245,75 @@ def test_records_missing_at_the_end_of_a_stream_are_recorded(tmp_path: Path) -> 
     with RunFile.open(run) as run_file:
         drops = run_file.rows("SELECT seq, ts_ns, num_lost FROM events WHERE kind = 'drop'")
     assert drops == [(5, 1_004, 5)]  # dated at the last record that arrived
+
+
+def test_tcp_without_a_token_is_refused_on_both_sides(tmp_path: Path) -> None:
+    """Any user of the machine can connect to a loopback port: the collector listens on TCP
+    only with a token, and an engine set to send there without one says so."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    output = refused("--db", str(tmp_path / "run.duckdb"), "--endpoint", endpoint)
+    assert "any user of this machine can connect to a TCP port; set KVSCOPE_TOKEN" in output
+    assert not (tmp_path / "run.duckdb").exists()
+    environment = {"KVSCOPE_CAPTURE": "1", "KVSCOPE_ENDPOINT": endpoint}
+    with pytest.raises(ValueError, match="a collector listens on TCP only with KVSCOPE_TOKEN"):
+        CaptureConfig.from_environment(environment)
+    with pytest.raises(ValueError, match="KVSCOPE_TOKEN must be at least 16 characters"):
+        CaptureConfig.from_environment({**environment, "KVSCOPE_TOKEN": "short"})
+    assert CaptureConfig.from_environment({**environment, "KVSCOPE_TOKEN": TOKEN}).enabled
+
+
+@pytest.mark.parametrize("port", ["0", "*", "00", "65536", "http"])
+def test_a_port_no_engine_can_know_is_refused_on_both_sides(tmp_path: Path, port: str) -> None:
+    endpoint = f"tcp://127.0.0.1:{port}"
+    output = refused("--db", str(tmp_path / "run.duckdb"), "--endpoint", endpoint)
+    reason = "lets the system pick a port" if port in ("0", "*", "00") else "1 to 65535"
+    assert f"{endpoint}: " in output and reason in output
+    with pytest.raises(EndpointError, match=re.escape(reason)):
+        sent_to(endpoint, TOKEN.encode())
+    with pytest.raises(EndpointError, match=re.escape(reason)):
+        VllmKvEventSubscriber(endpoint)
+    output = refused(
+        "--db", str(tmp_path / "run.duckdb"), "--endpoint", f"ipc://{tmp_path}/c.ipc",
+        "--vllm-kv-events", endpoint,
+    )  # fmt: skip
+    assert reason in output
+    assert not (tmp_path / "run.duckdb").exists()
+
+
+def test_an_abstract_socket_is_refused_on_both_sides_unless_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ipc://@NAME` has no folder: any user could connect to it and send records, or bind it
+    first and receive an engine's. Run from a private folder, the check of the socket's
+    folder once passed it (it looked at the working folder)."""
+    endpoint = f"ipc://@kvscope-test-{os.getpid()}"
+    run = tmp_path / "run.duckdb"
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
+    output = refused("--db", str(run), "--endpoint", endpoint, cwd=tmp_path)
+    assert f"{endpoint}: an abstract socket has no folder and no permissions" in output
+    assert "KVSCOPE_ALLOW_ABSTRACT_SOCKET=1" in output
+    with pytest.raises(EndpointError, match="an abstract socket"):
+        sent_to(endpoint)
+    with pytest.raises(EndpointError, match="an abstract socket"):
+        VllmKvEventSubscriber(endpoint)
+    output = refused(
+        "--db", str(run), "--endpoint", f"ipc://{tmp_path}/c.ipc", "--vllm-kv-events", endpoint
+    )
+    assert "an abstract socket" in output
+    assert not run.exists()
+
+    # Allowed on both sides: it works, and the collector says who else can connect.
+    process = collect(
+        "--db", str(run), "--endpoint", endpoint, cwd=tmp_path, KVSCOPE_ALLOW_ABSTRACT_SOCKET="1"
+    )
+    assert process.stdout is not None
+    warning = process.stdout.readline()
+    assert "is an abstract socket: any user of this machine can connect to it" in warning
+    assert "listening" in process.stdout.readline()
+    monkeypatch.setenv("KVSCOPE_ALLOW_ABSTRACT_SOCKET", "1")
+    engine = sent_to(endpoint)
+    wait_for(lambda: engine.num_delivered == 1)
+    engine.stop()
+    process.terminate()
+    output, _ = process.communicate(timeout=60)
+    assert "1 records in 1 batches" in output

@@ -21,6 +21,7 @@ from tests.support.engine import (
     make_scheduler,
     stored_record_numbers,
     workload,
+    workload_scheduler,
 )
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -53,7 +54,7 @@ def test_every_event_reaches_duckdb_through_the_collector(
     run = tmp_path / "run.duckdb"
     rows = workload()
     with collector_process(run, capture_environment) as process:
-        scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+        scheduler = workload_scheduler(tmp_path / "model")
         capture = scheduler.kvscope_capture
         result = drive(scheduler, rows, per_step=3)
         scheduler.shutdown()
@@ -91,7 +92,7 @@ def test_killed_collector_loses_exactly_what_the_engine_counts(
     run = tmp_path / "run.duckdb"
     rows = workload()
     with collector_process(run, capture_environment) as process:
-        scheduler = make_scheduler(tmp_path / "model", BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
+        scheduler = workload_scheduler(tmp_path / "model")
         capture = scheduler.kvscope_capture
         transport = capture.transport
         lookups = spy_on_lookups(capture.buffer, monkeypatch)

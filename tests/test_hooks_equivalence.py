@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,31 @@ def test_attaching_twice_is_refused() -> None:
         second.attach()
     first.detach()
     assert manager.allocate_slots.__self__ is manager
+
+
+def test_free_blocks_passes_vllms_own_arguments_on() -> None:
+    """vLLM 0.34's `free_blocks(blocks, evict_first=True)` (its CPU offload connectors free
+    blocks another tier holds that way): the hooked pool's free queue ends as vLLM's own."""
+    from vllm.v1.core.block_pool import BlockPool  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+
+    if "evict_first" not in inspect.signature(BlockPool.free_blocks).parameters:
+        pytest.skip("this vLLM's free_blocks takes the blocks alone (before 0.34)")
+
+    def freed_order(hooks_on: bool) -> tuple[list[int], list[Any]]:
+        manager, block_hasher = make_manager(BLOCK_SIZE, 64)
+        hooks, buffer = make_hooks(manager)
+        if hooks_on:
+            hooks.attach()
+        request = make_request("r", list(range(BLOCK_SIZE * 4)), block_hasher)
+        manager.allocate_slots(request, request.num_tokens)  # stores its 4 full blocks
+        pool = manager.block_pool
+        blocks = manager.coordinator.single_type_managers[0].req_to_blocks["r"]
+        assert all(block.block_hash is not None for block in blocks)
+        pool.free_blocks(list(blocks), evict_first=True)
+        order = [block.block_id for block in pool.free_block_queue.get_all_free_blocks()]
+        return order, [type(record).__name__ for record in buffer.take()]
+
+    bare, _ = freed_order(hooks_on=False)
+    hooked, records = freed_order(hooks_on=True)
+    assert hooked == bare
+    assert records == ["Allocate", "Store", "Free"]

@@ -11,13 +11,15 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from collector.cli import main
+from collector.model.step_model import StepModel
 from collector.replay.block_manager import (
     CacheSettings,
     make_block_hasher,
     make_kv_cache_manager,
     make_request,
 )
-from collector.replay.simulator import Simulator, StepModel, VirtualClock
+from collector.replay.simulator import Simulator, VirtualClock
 from collector.replay.traces import read_trace
 from collector.store.cache_mirror import CacheMirrors
 from collector.store.run_file import RunFile
@@ -211,8 +213,6 @@ def test_a_window_hit_starts_where_the_window_does_and_frees_name_their_groups()
 
 @pytest.mark.parametrize("timing", ["scheduler", "timestamps"])
 def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path, timing: str) -> None:
-    from collector.cli import main
-
     out = tmp_path / "run.duckdb"
     code = main(
         [
@@ -254,9 +254,9 @@ def test_a_hybrid_replay_stores_each_row_with_its_group(tmp_path: Path, timing: 
 
 def test_an_mla_group_beside_a_window_is_mirrored_as_full_attention() -> None:
     """DeepSeek-style MLA layers are full attention to vLLM's block manager."""
-    import torch
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
-    from vllm.v1.kv_cache_interface import (
+    import torch  # noqa: PLC0415 - torch takes seconds to load; only what drives vLLM pays
+    from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.kv_cache_interface import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         KVCacheConfig,
         KVCacheGroupSpec,
         MLAAttentionSpec,

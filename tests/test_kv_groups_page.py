@@ -12,6 +12,7 @@ import pytest
 from collector.queries import hotspots, kv_groups
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
+from engine_hooks.layout import KvGroup
 from tests.support.app import go_to, metrics, start
 from tests.support.browser import app_server, chromium, png_is_not_blank, screenshot_page
 from tests.support.repo import REPO, SAMPLE_HYBRID_RUN
@@ -109,8 +110,8 @@ def test_the_page_shows_both_groups_and_the_blocks_each_held() -> None:
 def test_the_run_options_say_the_layout_it_was_replayed_with() -> None:
     with RunFile.open(SAMPLE_HYBRID_RUN) as run:
         assert kv_groups.layout(run) == [
-            {"kind": "full", "block_size": 16, "window": 0, "num_layers": 1},
-            {"kind": "sliding_window", "block_size": 16, "window": 128, "num_layers": 1},
+            KvGroup(kind="full", block_size=16, window=0, num_layers=1),
+            KvGroup(kind="sliding_window", block_size=16, window=128, num_layers=1),
         ]
 
 

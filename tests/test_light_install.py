@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.support.python_script import run_python
 from tests.support.repo import REPO, SAMPLE_RUN, SAMPLE_TRACE
 
 WITHOUT_VLLM = """
@@ -25,14 +25,7 @@ sys.meta_path.insert(0, Absent())
 
 
 def run_without_vllm(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", WITHOUT_VLLM + script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    return run_python(WITHOUT_VLLM + script, check=False, timeout=600)
 
 
 def kvscope_without_vllm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -82,6 +75,6 @@ def test_replay_and_whatif_say_what_they_need_and_write_nothing(tmp_path: Path) 
     for result in (replay, whatif):
         assert result.returncode == 2
         assert "Traceback" not in result.stderr
-        assert "need vLLM 0.32.x, 0.33.x in this Python environment" in result.stderr
+        assert "need vLLM 0.32.x, 0.33.x, 0.34.x in this Python environment" in result.stderr
         assert "pip install 'kvscope[vllm]'" in result.stderr
     assert list(tmp_path.iterdir()) == []

@@ -1,9 +1,13 @@
 """The live copy (collector/store/live_copy.py): made on a thread of its own while the writer
 goes on appending, it holds the run file as of the writer's last checkpoint, and its derived
-tables are those of its own events."""
+tables are those of its own events; a collector killed while making one publishes copies
+again when it is resumed."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -11,8 +15,15 @@ import pytest
 
 from collector.replay.block_manager import CacheSettings
 from collector.store.live_copy import LiveCopy
-from collector.store.run_file import RunConfig, RunFile, RunStore
+from collector.store.run_file import (
+    RunConfig,
+    RunFile,
+    RunStore,
+    live_copy_draft_path,
+    live_copy_path,
+)
 from tests.support.block_manager import sample_engine_steps
+from tests.support.engine import collector_process, replay_to_collector, wait_for
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
 
@@ -112,3 +123,53 @@ def test_closing_stops_a_copy_and_leaves_nothing_half_made(tmp_path: Path) -> No
     assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
     store.finalize()
     store.close()
+
+
+def left_by_a_killed_copy(run: Path) -> None:
+    """What a collector killed while rebuilding a live copy leaves: the copy being made and
+    DuckDB's write-ahead log beside it, written by a process that is then SIGKILLed."""
+    draft = live_copy_draft_path(run)
+    script = (
+        "import os, shutil, signal, sys, duckdb\n"
+        "shutil.copyfile(sys.argv[1], sys.argv[2])\n"
+        "connection = duckdb.connect(sys.argv[2])\n"
+        "connection.execute(\"SET wal_autocheckpoint = '1TB'\")\n"
+        "connection.execute('CREATE OR REPLACE TABLE requests AS SELECT * FROM requests')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script, str(run), str(draft)], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert draft.is_file() and draft.with_name(draft.name + ".wal").is_file()
+
+
+def live_records_of(run: Path, engine_id: str) -> int:
+    """The records of `engine_id` in the run's live copy (0 while there is none)."""
+    if not live_copy_path(run).is_file():
+        return 0
+    with RunFile.open_live_copy(live_copy_path(run)) as live:
+        row = live.row("SELECT count(*) FROM events WHERE engine_id = ?", [engine_id])
+    return int(row[0]) if row else 0
+
+
+def test_a_collector_killed_mid_copy_publishes_live_copies_again_when_resumed(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run.duckdb"
+    endpoint = f"ipc://{tmp_path}/kvscope.ipc"
+    with collector_process(run, endpoint) as collector:
+        replay_to_collector(endpoint, 30, "first")
+        wait_for(lambda: live_records_of(run, "first") > 0)
+        collector.send_signal(signal.SIGKILL)
+        collector.wait(timeout=60)
+    left_by_a_killed_copy(run)
+    with collector_process(run, endpoint) as collector:
+        replay_to_collector(endpoint, 30, "second")
+        wait_for(lambda: live_records_of(run, "second") > 0)  # a copy published since
+        collector.send_signal(signal.SIGTERM)
+        output, _ = collector.communicate(timeout=120)
+    assert collector.returncode == 0, output
+    assert "live copies failed" not in output, output
+    assert not live_copy_path(run).exists(), "the finished run is read itself"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["kvscope.ipc", "run.duckdb"]
+    with RunFile.open(run) as finished:
+        assert finished.row("SELECT count(DISTINCT engine_id) FROM events") == (2,)

@@ -13,6 +13,7 @@ import pytest
 
 from collector.queries import kv_groups
 from collector.queries.summary import run_summary
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_request
 from collector.store.cache_mirror import CacheMirrors
 from collector.store.run_file import RunFile, RunStore
 from engine_hooks import UnsupportedCacheLayout
@@ -186,8 +187,6 @@ def test_a_captured_mamba_hybrid_run_names_its_groups_on_the_kv_groups_page(
 def test_a_block_cached_at_a_prompt_boundary_is_a_store_and_its_old_key_an_evict() -> None:
     """vLLM's `cache_partial_block` (a Mamba group's prompt-boundary state) keys one block
     outside `cache_full_blocks`, replacing a shorter prefix's key if the block had one."""
-    from collector.replay.block_manager import CacheSettings, make_block_hasher, make_request
-
     manager = _full_and_mamba_manager(kv_events=True)
     hooks, buffer = make_hooks(manager)
     hooks.attach()
@@ -222,9 +221,9 @@ def test_a_block_cached_at_a_prompt_boundary_is_a_store_and_its_old_key_an_evict
 def _full_and_mamba_manager(kv_events: bool = False, **mamba_options: int) -> Any:
     """A `KVCacheManager` of a full-attention group and a Mamba group, as vLLM's tests build
     one (16-token blocks, 32 of them)."""
-    import torch
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
-    from vllm.v1.kv_cache_interface import (
+    import torch  # noqa: PLC0415 - torch takes seconds to load; only what drives vLLM pays
+    from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.kv_cache_interface import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,

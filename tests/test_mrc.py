@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from collector.model.block_stream import trace_block_stream
 from collector.model.mrc import miss_ratio_curve
+from collector.model.trace_request import TraceRequest
 from collector.queries.requests import run_block_stream
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.replay.replayer import ReplayOptions
 from collector.replay.simulator import Simulator, VirtualClock
-from collector.replay.traces import TraceRequest, read_trace
-from collector.replay.whatif import Source, SweepPoint, run_sweep
+from collector.replay.sweep_point import SweepPoint
+from collector.replay.traces import read_trace
+from collector.replay.whatif import Source, run_sweep
 from collector.store.run_file import RunFile
 from tests.support.block_manager import tiny_run
 from tests.support.repo import SECRET
@@ -33,6 +36,18 @@ def replayed_hit_blocks(requests: list[TraceRequest], block_size: int, num_block
     return int(manager.make_prefix_cache_stats().hits) // block_size
 
 
+def numbered_request(index: int, tokens: list[int], **fields: Any) -> TraceRequest:
+    """Request `index` of a synthetic trace, one a millisecond, its prompt `tokens`."""
+    return TraceRequest(
+        line=index + 1,
+        request_id=f"r{index}",
+        timestamp_ms=float(index),
+        num_prompt_tokens=len(tokens),
+        token_ids=tuple(tokens),
+        **fields,
+    )
+
+
 def shared_prefix_trace(seed: int, num_requests: int = 150) -> list[TraceRequest]:
     """Prompts built from a few shared prefixes of random lengths, LoRA on some, outputs."""
     rng = random.Random(seed)
@@ -46,13 +61,10 @@ def shared_prefix_trace(seed: int, num_requests: int = 150) -> list[TraceRequest
             tokens += rng.choice(prefixes)
         tokens += [rng.randrange(1_000, 30_000) for _ in range(rng.randint(0, 40))]
         requests.append(
-            TraceRequest(
-                line=index + 1,
-                request_id=f"r{index}",
-                timestamp_ms=float(index),
-                num_prompt_tokens=len(tokens),
+            numbered_request(
+                index,
+                tokens,
                 output_length=rng.choice([0, 1, 2, 5, 17, 40]),
-                token_ids=tuple(tokens),
                 lora=rng.choice([None, None, "adapter"]),
             )
         )
@@ -90,13 +102,10 @@ def repeated_block_trace(seed: int) -> list[TraceRequest]:
             tokens += [rng.randrange(1_000, 3_000) for _ in range(rng.randint(1, 20))]
         output = rng.choice(outputs) if rng.random() < 0.4 else None
         requests.append(
-            TraceRequest(
-                line=index + 1,
-                request_id=f"r{index}",
-                timestamp_ms=float(index),
-                num_prompt_tokens=len(tokens),
+            numbered_request(
+                index,
+                tokens,
                 output_length=len(output) if output else rng.choice([0, 1, 3, 9]),
-                token_ids=tuple(tokens),
                 output_token_ids=output,
                 cache_salt=rng.choice([None, None, "salt"]),
             )
@@ -169,11 +178,7 @@ def test_curve_agrees_with_vllm_replays_on_the_mooncake_trace(
     points = [SweepPoint(512, num_blocks, 1) for num_blocks in MOONCAKE_SIZES]
     options = ReplayOptions(settings=CacheSettings(512, 1_000), timing="sequential")
     results = run_sweep(Source(mooncake_trace), points, tmp_path, options, secret=SECRET, jobs=2)
-    assert [row["num_blocks"] for row in results] == list(MOONCAKE_SIZES)
+    assert [row.num_blocks for row in results] == list(MOONCAKE_SIZES)
     for row in results:
-        assert curve.block_hit_ratio(row["num_blocks"]) == pytest.approx(
-            row["block_hit_ratio"], abs=0.01
-        )
-        assert curve.token_hit_ratio(row["num_blocks"]) == pytest.approx(
-            row["token_hit_ratio"], abs=0.01
-        )
+        assert curve.block_hit_ratio(row.num_blocks) == pytest.approx(row.block_hit_ratio, abs=0.01)
+        assert curve.token_hit_ratio(row.num_blocks) == pytest.approx(row.token_hit_ratio, abs=0.01)

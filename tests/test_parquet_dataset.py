@@ -5,6 +5,7 @@ collector recording both writes, and what cannot be exported or combined is refu
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -15,7 +16,7 @@ import pytest
 from collector.cli import main
 from collector.queries.summary import run_summary
 from collector.replay.block_manager import CacheSettings
-from collector.store.parquet_dataset import export_parquet, open_dataset
+from collector.store.parquet_export import export_parquet
 from collector.store.run_file import RUN_TABLES, RunConfig, RunFile, RunStore, StoreError
 from engine_hooks import Event
 from tests.support.app import go_to, metrics, start
@@ -78,7 +79,7 @@ def test_the_dataset_is_partitioned_by_engine_and_date(sample_dataset: Path) -> 
 def test_clickhouse_reads_the_dataset_with_its_partitions(sample_dataset: Path) -> None:
     # chdb is ClickHouse embedded: the README's query, with hive partitioning on, finds the
     # `engine` and `date` path parts as columns and every row of the run file.
-    import chdb
+    import chdb  # noqa: PLC0415 - chdb (embedded ClickHouse) is a dev extra, slow to load
 
     def clickhouse(sql: str) -> list[list[str]]:
         text = str(chdb.query(sql.format(dir=sample_dataset), "CSV"))
@@ -121,8 +122,9 @@ def engine_steps(engine_id: str, num_requests: int) -> list[list[Event]]:
 
 
 def record(run: Path, *engines: list[list[Event]]) -> Path:
-    """What a collector receiving these engines' records, step by step, writes."""
-    store = RunStore.create(run, CONFIG)
+    """What a collector receiving these engines' records, step by step, writes (a run id
+    of its own: exports are named by it)."""
+    store = RunStore.create(run, dataclasses.replace(CONFIG, run_id=run.stem))
     for number in itertools.count():
         taken = [record for steps in engines if number < len(steps) for record in steps[number]]
         if not taken:
@@ -142,16 +144,18 @@ def test_two_engines_datasets_open_as_the_run_of_both(tmp_path: Path) -> None:
         with RunFile.open(record(tmp_path / f"{name}.duckdb", steps)) as run:
             export_parquet(run, tmp_path / name)
         directories.append(tmp_path / name)
-    with RunFile.open(both) as run_file, open_dataset(directories) as dataset:
+    with RunFile.open(both) as run_file, RunFile.open_dataset(directories) as dataset:
         assert run_summary(dataset) == run_summary(run_file)
         assert run_summary(dataset)["requests"] == 60 + 40
         for table in sorted(RUN_TABLES - {"runs"}):
             # Both engines store a block first at the same record number: which one is its
             # first storer is a tie, settled either way in a run file too.
             rows = EVERY_ROW.format(
-                "(SELECT * EXCLUDE (first_stored_by) FROM prefix_blocks)"
-                if table == "prefix_blocks"
-                else table
+                {
+                    "prefix_blocks": "(SELECT * EXCLUDE (first_stored_by) FROM prefix_blocks)",
+                    # Each run's record of its own file's rows, not of the two together.
+                    "meta": "(SELECT * FROM meta WHERE key <> 'contents')",
+                }.get(table, table)
             )
             assert dataset.rows(rows) == run_file.rows(rows), table
         run_ids = dataset.row("SELECT run_id, num_blocks FROM runs")
@@ -173,10 +177,10 @@ def test_runs_with_different_caches_or_a_shared_engine_are_refused(tmp_path: Pat
     six = tiny_dataset(tmp_path / "six", block_size=4, num_blocks=6)
     seven = tiny_dataset(tmp_path / "seven", block_size=4, num_blocks=7)
     with pytest.raises(StoreError, match="runs with different caches do not combine"):
-        open_dataset([six, seven])
+        RunFile.open_dataset([six, seven])
     other_six = tiny_dataset(tmp_path / "other_six", block_size=4, num_blocks=6)
     with pytest.raises(StoreError, match=r"in more than one run do not combine \(unnamed\)"):
-        open_dataset([six, other_six])
+        RunFile.open_dataset([six, other_six])
 
 
 def test_an_existing_target_or_a_missing_run_is_refused(
@@ -215,3 +219,46 @@ def test_the_run_picker_offers_datasets_beside_run_files(tmp_path: Path) -> None
     picker.select(str(folder / "b.duckdb")).run()
     assert app.session_state["run_path"] == str(folder / "b.duckdb")
     assert not app.exception
+
+
+def report_figures(baseline: Path, out_dir: Path) -> dict[str, object]:
+    """figures.json of `kvscope report` with `baseline` against the sample, paths left out."""
+    arguments = ["--baseline", str(baseline), "--candidate", str(SAMPLE_RUN)]
+    assert main(["report", *arguments, "--out-dir", str(out_dir)]) == 0
+    figures = json.loads((out_dir / "figures.json").read_text())
+    for side in ("baseline", "candidate"):
+        figures[side].pop("path")
+    return dict(figures)
+
+
+def test_report_compares_a_dataset_as_its_run_file(sample_dataset: Path, tmp_path: Path) -> None:
+    assert report_figures(sample_dataset, tmp_path / "dataset") == report_figures(
+        SAMPLE_RUN, tmp_path / "file"
+    )
+
+
+@pytest.mark.vllm
+def test_whatif_replays_a_datasets_requests_as_its_run_files(
+    sample_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweeps = []
+    for name, source in (("dataset", sample_dataset), ("file", SAMPLE_RUN)):
+        capsys.readouterr()
+        arguments = ["whatif", str(source), "--out", str(tmp_path / name), "--limit", "40"]
+        assert main([*arguments, "--num-blocks", "400", "--jobs", "1", "--json", "--quiet"]) == 0
+        sweeps.append([{**row, "seconds": None} for row in json.loads(capsys.readouterr().out)])
+    assert sweeps[0] == sweeps[1] and sweeps[0][0]["requests"] == 40
+
+
+def test_a_dataset_exported_before_manifests_is_read_its_runs_table_required(
+    sample_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(sample_dataset, old)
+    shutil.rmtree(old / "manifests")
+    marker = json.loads((old / "kvscope_dataset.json").read_text())
+    (old / "kvscope_dataset.json").write_text(json.dumps({**marker, "format": 1}))
+    assert summary_json(old, capsys) == summary_json(SAMPLE_RUN, capsys)
+    shutil.rmtree(old / "runs")
+    with pytest.raises(StoreError, match="runs: no Parquet file, and every run holds that table"):
+        RunFile.open(old)

@@ -91,37 +91,52 @@ def test_default_sizes_stop_where_lru_holds_everything() -> None:
     assert default_pool_sizes(1_200, 100) == [300, 600, 1_200]
 
 
-def test_verdicts_in_plain_words() -> None:
-    stream = hot_and_scan()
-    lot = verdict(policy_curves(stream, BLOCK_SIZE, 8))
-    assert lot.room == "a lot"
-    assert lot.text == (
-        "At the run's 8 blocks LRU (vLLM's policy) reaches 0% of the ceiling (0.0% token hit "
-        "ratio against Belady's 28.4%): this traffic leaves 28.4 points of token hit ratio for "
-        "a cache policy to win (a lot). What simple policies take of it: pinning the hottest "
-        "prefix family +28.4 points, leaving the 8 one-off prefix families uncached +28.4; the "
-        "better of them reaches the ceiling."
-    )
-    some = verdict(policy_curves(stream, BLOCK_SIZE, 10))
-    assert some.room == "some"
-    assert (
-        "leaves 9.5 points of token hit ratio for a cache policy to win (some; 10 or more is "
-        "a lot)" in some.text
-    )
-    nothing = verdict(policy_curves(stream, BLOCK_SIZE, 12))
-    assert nothing.room == "nothing"
-    assert nothing.text == (
-        "At the run's 12 blocks LRU (vLLM's policy) reaches 100% of the ceiling (28.4% token "
-        "hit ratio against Belady's 28.4%): this traffic leaves nothing for a cache policy to "
-        "win; LRU already hits all that any policy could."
-    )
-    # A pool too small for the largest request is left out, the run's own too.
-    unknown = verdict(policy_curves(stream, BLOCK_SIZE, 4, sizes=[4, 8]))
-    assert unknown.room == "unknown"
-    assert unknown.text == (
-        "The policy replay cannot hold this run at its own 4 blocks: its largest request "
-        "needs 4 blocks besides vLLM's null block."
-    )
+@pytest.mark.parametrize(
+    ("num_blocks", "sizes", "room", "text"),
+    [
+        (
+            8,
+            None,
+            "a lot",
+            "At the run's 8 blocks LRU (vLLM's policy) reaches 0% of the ceiling (0.0% token hit "
+            "ratio against Belady's 28.4%): this traffic leaves 28.4 points of token hit ratio "
+            "for a cache policy to win (a lot). What simple policies take of it: pinning the "
+            "hottest prefix family +28.4 points, leaving the 8 one-off prefix families uncached "
+            "+28.4; the better of them reaches the ceiling.",
+        ),
+        (
+            10,
+            None,
+            "some",
+            "At the run's 10 blocks LRU (vLLM's policy) reaches 67% of the ceiling (18.9% token "
+            "hit ratio against Belady's 28.4%): this traffic leaves 9.5 points of token hit "
+            "ratio for a cache policy to win (some; 10 or more is a lot). What simple policies "
+            "take of it: pinning the hottest prefix family +9.5 points, leaving the 8 one-off "
+            "prefix families uncached +9.5; the better of them reaches the ceiling.",
+        ),
+        (
+            12,
+            None,
+            "nothing",
+            "At the run's 12 blocks LRU (vLLM's policy) reaches 100% of the ceiling (28.4% token "
+            "hit ratio against Belady's 28.4%): this traffic leaves nothing for a cache policy "
+            "to win; LRU already hits all that any policy could.",
+        ),
+        # A pool too small for the largest request is left out, the run's own too.
+        (
+            4,
+            [4, 8],
+            "unknown",
+            "The policy replay cannot hold this run at its own 4 blocks: its largest request "
+            "needs 4 blocks besides vLLM's null block.",
+        ),
+    ],
+)
+def test_verdicts_in_plain_words(
+    num_blocks: int, sizes: list[int] | None, room: str, text: str
+) -> None:
+    said = verdict(policy_curves(hot_and_scan(), BLOCK_SIZE, num_blocks, sizes=sizes))
+    assert (said.room, said.text) == (room, text)
 
 
 def test_a_run_too_large_to_replay_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

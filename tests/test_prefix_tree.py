@@ -90,23 +90,23 @@ def test_node_details_summary_and_history(run_file: RunFile) -> None:
     hashes = stored_hashes(run_file)
     whole = time_grid(run_file).whole_run()
     details = prefix_tree.node_details(run_file, hashes["A1"], whole)
-    assert details.summary == {
-        "hits": 2,
-        "stores": 1,
-        "restores": 0,
-        "evictions": 0,
-        "requests": 3,
-        "first_use_s": 0.0,
-        "last_use_s": 0.02,
-        "block_position": 0,
-        "parent_hash": "",
-        "tenant": "a",
-        "lora": None,
-        "first_stored_by": "a0",
-        "cached_s": 0.03,
-    }
+    assert details.summary == prefix_tree.NodeSummary(
+        hits=2,
+        stores=1,
+        restores=0,
+        evictions=0,
+        requests=3,
+        first_use_s=0.0,
+        last_use_s=0.02,
+        block_position=0,
+        parent_hash="",
+        tenant="a",
+        lora=None,
+        first_stored_by="a0",
+        cached_s=0.03,
+    )
     evicted = prefix_tree.node_details(run_file, hashes["B3"], whole).summary
-    assert (evicted["evictions"], evicted["cached_s"], evicted["parent_hash"]) == (
+    assert (evicted.evictions, evicted.cached_s, evicted.parent_hash) == (
         1,
         0.02,
         f"{hashes['A2']:016x}",
@@ -124,7 +124,7 @@ def test_node_details_summary_and_history(run_file: RunFile) -> None:
     assert cut.history.to_dict("records") == history.to_dict("records")[:2]
     assert cut.summary == details.summary  # the summary counts every row, not the first 2
     late = time_grid(run_file).buckets(300, 600)
-    assert prefix_tree.node_details(run_file, hashes["A1"], late).summary["requests"] == 1
+    assert prefix_tree.node_details(run_file, hashes["A1"], late).summary.requests == 1
     with pytest.raises(LookupError, match="not in this run"):
         prefix_tree.node_details(run_file, 12345, whole)
 
@@ -148,7 +148,7 @@ def test_block_and_chain_token_ids(run_file: RunFile) -> None:
 
 def write_word_tokenizer(folder: Path, vocabulary_size: int) -> Path:
     """A real word-level tokenizer (token i is the word "w<i>"), saved as tokenizer.json."""
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models  # noqa: PLC0415 - tokenizers is optional: only token text needs it
 
     vocabulary = {f"w{index}": index for index in range(vocabulary_size)}
     tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="w0"))

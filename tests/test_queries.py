@@ -17,6 +17,7 @@ from collector.queries.tenants import tenant_hit_ratios
 from collector.queries.timeline import event_times, time_grid
 from collector.store.run_file import RunFile
 from tests.support.block_manager import tiny_run
+from tests.support.runs import shared_prefix_run
 
 # Block size 4, five blocks (four usable). r0 and r1 fill the pool; r2 evicts r0's two
 # blocks (tail first); r3 repeats r0's prompt, evicting r1's blocks and storing r0's again:
@@ -113,8 +114,6 @@ def test_tenant_hit_ratios(tmp_path: Path) -> None:
 
 
 def test_free_block_queries_in_a_window(tmp_path: Path) -> None:
-    from tests.support.runs import shared_prefix_run
-
     with RunFile.open(shared_prefix_run(tmp_path)) as run_file:
         # b0's bucket: two pool snapshots at 10 ms, after its prefill (2 of 5 blocks free)
         # and after it finished (all 5 free).

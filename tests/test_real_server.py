@@ -377,11 +377,17 @@ if __name__ == "__main__":
 """
 
 
-def test_offline_llm_burst_at_start_drops_nothing(model: str, tmp_path: Path) -> None:
+def test_offline_llm_burst_at_start_drops_nothing(
+    model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "offline.duckdb"
-    port = free_port()  # over TCP, as the failing report had it
+    port = free_port()  # over TCP, as the failing report had it: TCP needs a token
     endpoint = f"tcp://127.0.0.1:{port}"
-    environment = engine_environment(KVSCOPE_CAPTURE="1", KVSCOPE_ENDPOINT=endpoint)
+    token = "offline-burst-test-token"
+    monkeypatch.setenv("KVSCOPE_TOKEN", token)  # the collector inherits it
+    environment = engine_environment(
+        KVSCOPE_CAPTURE="1", KVSCOPE_ENDPOINT=endpoint, KVSCOPE_TOKEN=token
+    )
     with collector_process(run, endpoint):
         result = subprocess.run(
             [str(vllm_python()), "-c", OFFLINE_BURST, model, "300"],

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from collector.cli import main
 from tests.support.browser import (
-    CHROMEDRIVER,
-    CHROMIUM,
     chromium,
+    keep_screenshot,
+    need_chromium,
     png_is_not_blank,
     screenshot_page,
 )
@@ -45,8 +43,7 @@ def regression_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_html_report_draws_its_charts_offline(regression_report: Path, tmp_path: Path) -> None:
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail("Debian's chromium and chromium-driver are needed (see .ci/run)")
+    need_chromium()
     screenshot = tmp_path / "report.png"
     with chromium() as driver:
         driver.execute_cdp_cmd("Network.enable", {})
@@ -72,7 +69,4 @@ def test_html_report_draws_its_charts_offline(regression_report: Path, tmp_path:
     assert [url for url in fetched if not url.startswith(("file:", "data:", "blob:"))] == []
     assert "Regression: token_hit_ratio, block_hit_ratio" in text
     assert png_is_not_blank(screenshot)
-    keep = os.environ.get("KVSCOPE_SCREENSHOTS")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        shutil.copy(screenshot, Path(keep) / "report.png")
+    keep_screenshot(screenshot)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from collector.charts import comparison as charts
+from collector.queries.tenants import TenantHitRatio
 from collector.report.figures import read_run
 from collector.report.html import comparison_figures, render_html
 from collector.report.thresholds import Thresholds
@@ -16,7 +18,6 @@ from collector.report.verdict import compare
 from tests.support.block_manager import tiny_run
 from tests.support.modules import loaded_modules
 from tests.support.repo import SAMPLE_RUN
-from visualizer.charts import comparison as charts
 
 BUCKETS = pd.DataFrame(
     {
@@ -53,8 +54,8 @@ def test_evictions_accumulate() -> None:
 
 def test_tenant_bars_name_adapters() -> None:
     rows = [
-        {"tenant": "acme", "lora": "(none)", "requests": 5, "hit_ratio": 0.5},
-        {"tenant": "acme", "lora": "sql", "requests": 2, "hit_ratio": 0.25},
+        TenantHitRatio("acme", "(none)", requests=5, prompt_tokens=10, hit_tokens=5, hit_ratio=0.5),
+        TenantHitRatio("acme", "sql", requests=2, prompt_tokens=8, hit_tokens=2, hit_ratio=0.25),
     ]
     figure = charts.tenant_hit_ratio_figure({"baseline": rows, "candidate": rows[:1]})
     assert list(figure.data[0].x) == ["acme", "acme/sql"]

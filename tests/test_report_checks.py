@@ -9,6 +9,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from collector.queries.tenants import TenantHitRatio
 from collector.report.checks import run_checks
 from collector.report.figures import RunFigures
 from collector.report.junit import render_junit
@@ -20,7 +21,7 @@ from tests.support.repo import REPO
 
 def run_figures(
     name: str = "run.duckdb",
-    tenants: list[dict[str, Any]] | None = None,
+    tenants: list[TenantHitRatio] | None = None,
     regret_ratio: float = 0.2,
     min_free_blocks: int = 100,
     **summary: Any,
@@ -51,15 +52,15 @@ def run_figures(
     )
 
 
-def tenant(name: str, hit_ratio: float, requests: int = 50, lora: str = "(none)") -> dict[str, Any]:
-    return {
-        "tenant": name,
-        "lora": lora,
-        "requests": requests,
-        "prompt_tokens": 1_000,
-        "hit_tokens": round(1_000 * hit_ratio),
-        "hit_ratio": hit_ratio,
-    }
+def tenant(name: str, hit_ratio: float, requests: int = 50, lora: str = "(none)") -> TenantHitRatio:
+    return TenantHitRatio(
+        tenant=name,
+        lora=lora,
+        requests=requests,
+        prompt_tokens=1_000,
+        hit_tokens=round(1_000 * hit_ratio),
+        hit_ratio=hit_ratio,
+    )
 
 
 def statuses(baseline: RunFigures, candidate: RunFigures, **sections: Any) -> dict[str, str]:
@@ -181,23 +182,24 @@ def test_collisions_fail_even_when_the_baseline_had_them() -> None:
 
 
 def test_tenant_checks() -> None:
-    baseline = run_figures(
-        tenants=[
-            tenant("acme", 0.60),
-            tenant("acme", 0.50, lora="sql"),
-            tenant("globex", 0.40),
-            tenant("tiny", 0.90, requests=3),
-            tenant("gone", 0.50),
-        ]
-    )
-    candidate = run_figures(
-        tenants=[
-            tenant("acme", 0.55),
-            tenant("acme", 0.44, lora="sql"),
-            tenant("globex", 0.45),
-            tenant("tiny", 0.10, requests=3),
-            tenant("new", 0.50),
-        ]
+    # tenant, adapter, requests, hit ratio in the baseline and in the candidate (None: absent)
+    table = [
+        ("acme", "(none)", 50, 0.60, 0.55),
+        ("acme", "sql", 50, 0.50, 0.44),
+        ("globex", "(none)", 50, 0.40, 0.45),
+        ("tiny", "(none)", 3, 0.90, 0.10),
+        ("gone", "(none)", 50, 0.50, None),
+        ("new", "(none)", 50, None, 0.50),
+    ]
+    baseline, candidate = (
+        run_figures(
+            tenants=[
+                tenant(name, ratio, requests, lora)
+                for name, lora, requests, *ratios in table
+                if (ratio := ratios[run]) is not None
+            ]
+        )
+        for run in (0, 1)
     )
     checks = [
         (check.name, check.status, check.reason)

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from collector.live.step_cost import fit_step_model
+from collector.model.step_model import StepModel
 from collector.replay.block_manager import CacheSettings, make_block_hasher
 from collector.replay.scheduler_replay import SchedulerLimits, SchedulerReplay
-from collector.replay.simulator import StepModel, VirtualClock
+from collector.replay.simulator import VirtualClock
 from collector.replay.traces import read_trace
 from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.events import Lookup, Schedule

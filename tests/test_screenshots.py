@@ -3,23 +3,19 @@ a click on the prefix tree picking that block."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.browser import (
-    CHROMEDRIVER,
-    CHROMIUM,
-    app_server,
-    chromium,
+    app_in_chromium,
+    keep_screenshot,
     png_is_not_blank,
     screenshot_page,
     texts,
 )
-from tests.support.repo import REPO, SAMPLE_RUN
+from tests.support.repo import SAMPLE_RUN
 from visualizer.pages import PAGES
 
 # page file -> charts the page must draw on the sample run
@@ -40,16 +36,9 @@ MIN_CHARTS = {
 }
 
 
-def need_chromium() -> None:
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail("Debian's chromium and chromium-driver are needed (see .ci/run)")
-
-
 @pytest.mark.slow
 def test_screenshot_of_every_page(tmp_path: Path) -> None:
-    need_chromium()
-    keep = os.environ.get("KVSCOPE_SCREENSHOTS")
-    with app_server(REPO, "--db", str(SAMPLE_RUN)) as url, chromium() as driver:
+    with app_in_chromium(SAMPLE_RUN) as (url, driver):
         for page in PAGES:
             path = tmp_path / f"{Path(page.file).stem}.png"
             min_charts = MIN_CHARTS[page.file]
@@ -58,18 +47,15 @@ def test_screenshot_of_every_page(tmp_path: Path) -> None:
             assert seen["charts"] >= min_charts, seen
             assert seen["title"] == "kvscope", seen
             assert png_is_not_blank(path)
-            if keep:
-                Path(keep).mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, Path(keep) / path.name)
+            keep_screenshot(path)
 
 
 @pytest.mark.slow
 def test_clicking_a_prefix_tree_node_picks_that_block(tmp_path: Path) -> None:
-    need_chromium()
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.action_chains import ActionChains  # noqa: PLC0415 - selenium is a dev extra; only the browser tests load it
+    from selenium.webdriver.common.by import By  # noqa: PLC0415 - selenium is a dev extra; only the browser tests load it
 
-    with app_server(REPO, "--db", str(SAMPLE_RUN)) as url, chromium() as driver:
+    with app_in_chromium(SAMPLE_RUN) as (url, driver):
         screenshot_page(driver, f"{url}/prefix_tree", tmp_path / "tree.png", 1)
 
         def block_shown() -> str:

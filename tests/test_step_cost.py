@@ -12,7 +12,7 @@ import pytest
 
 from collector.cli import main
 from collector.live.step_cost import Measurements, fit_step_model
-from collector.replay.simulator import StepModel
+from collector.model.step_model import StepModel
 from tests.support.ports import free_port
 
 

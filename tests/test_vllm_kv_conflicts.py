@@ -10,28 +10,24 @@ from typing import Any
 
 import pytest
 
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.wire import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    ReceivedBatch,
-)
 from collector.queries.summary import run_summary
 from collector.queries.vllm_kv import vllm_kv_summary
 from collector.replay.block_manager import CacheSettings
-from collector.store.run_file import RunFile, RunStore
+from collector.store.run_file import RunFile
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import AllBlocksCleared, BlockRemoved, BlockStored, ReceivedBatch
 from tests.support.block_manager import cached_block_count
-from tests.support.repo import SAMPLE_RUN, SAMPLE_TRACE
+from tests.support.repo import SAMPLE_RUN
 from tests.support.vllm_kv_pipeline import (
-    EventSource,
     H,
     checked_sockets,
+    encoded,
     events_run,
     low64,
     receive,
     received,
+    replay_sample,
     stored,
     subscriber_for,
     wait_until_sent,
@@ -123,8 +119,8 @@ def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
 ) -> None:
     """Two BlockStored events vLLM's own publisher sends with one int hash and other tokens,
     then one with another parent; each conflict row describes both blocks."""
-    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
-    from vllm.distributed.kv_events import KVEventBatch as VllmKVEventBatch
+    from vllm.distributed.kv_events import BlockStored as VllmBlockStored  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.distributed.kv_events import KVEventBatch as VllmKVEventBatch  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     def block(tokens: list[int], parent: int | None) -> VllmBlockStored:
         return VllmBlockStored(
@@ -161,7 +157,7 @@ def test_crafted_blocks_sharing_a_64_bit_hash_reach_the_run_file(
 def weak_sha256(bits: int) -> Callable[[Any], bytes]:
     """vLLM's sha256 with all but `bits` of its low 64 bits zeroed: the full hash (vLLM's
     own key) still tells blocks apart, the published 64-bit form often does not."""
-    from vllm.utils.hashing import sha256
+    from vllm.utils.hashing import sha256  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     def weak(value: Any) -> bytes:
         full = sha256(value)
@@ -169,20 +165,6 @@ def weak_sha256(bits: int) -> Callable[[Any], bytes]:
         return full[:-8] + low.to_bytes(8, "big")
 
     return weak
-
-
-def replay_sample(
-    sockets: Path, run: RunStore, source_settings: CacheSettings, **options: Any
-) -> tuple[EventSource, HashConflictDetector]:
-    """The sample trace through vLLM's manager -> publisher -> subscriber -> run file."""
-    detector = HashConflictDetector()
-    with zmq_publisher(sockets) as publisher, subscriber_for(sockets) as subscriber:
-        source = EventSource(publisher, source_settings, hash_fn=options.pop("hash_fn", None))
-        source.replay(SAMPLE_TRACE, **options)
-        wait_until_sent(publisher)
-        batches = receive(subscriber, len(source.published))
-        append_vllm_batches(run, batches, subscriber.take_gaps(), detector)
-    return source, detector
 
 
 def test_a_weak_hash_gives_exactly_the_conflicts_vllms_own_hashes_predict(
@@ -241,7 +223,7 @@ def test_a_sliding_window_groups_events_are_stored_and_never_called_conflicts(
         block_size=4,
         medium="GPU",
         group_idx=1,
-        extra_keys=[None],  # shorter than the blocks: one entry per block is assumed
+        extra_keys=[encoded(None), encoded(None)],  # one entry per block, as decoded
     )
     empty = BlockStored(
         block_hashes=[], parent_block_hash=7, token_ids=list(range(8)), block_size=4, group_idx=1
@@ -261,3 +243,33 @@ def test_a_sliding_window_groups_events_are_stored_and_never_called_conflicts(
     assert detector.num_blocks_unchecked == 2 and detector.num_blocks_checked == 1
     assert vllm_kv_summary(run)["conflicts"] == 0
     run.close()
+
+
+def test_the_blocks_remembered_are_bounded_whatever_a_publisher_stores(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A publisher can claim any number of distinct blocks cached: the detector remembers at
+    most `max_tracked` (a million by default, some 450 MB), counts the rest, says so once,
+    and remembers new ones again once removals make room."""
+    detector = HashConflictDetector(max_tracked=4)
+    with caplog.at_level("WARNING", logger="kvscope.collect"):
+        found = detector.observe(
+            [received(seq, stored(H + seq, [seq, seq, seq, seq])) for seq in range(6)]
+        )
+    assert found == []
+    assert (detector.num_tracked, detector.num_blocks_untracked) == (4, 2)
+    assert [record.message for record in caplog.records] == [
+        "kvscope collect: 4 cached blocks remembered, kvscope's limit: blocks stored beyond "
+        "it are not checked for hash conflicts until some are removed"
+    ]
+    # A tracked block is still checked; a removal makes room for the next new one.
+    conflicts = detector.observe(
+        [
+            received(6, stored(H, [9, 9, 9, 9])),
+            received(7, removed(H + 1)),
+            received(8, stored(H + 7, [7, 7, 7, 7])),
+            received(9, stored(H + 7, [8, 8, 8, 8])),
+        ]
+    )
+    assert [(conflict.first.seq, conflict.second.seq) for conflict in conflicts] == [(0, 6), (8, 9)]
+    assert (detector.num_tracked, detector.num_blocks_untracked) == (4, 2)

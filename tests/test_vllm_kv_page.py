@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,33 +12,28 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.subscriber import NOT_IN_BUFFER
-from collector.live.vllm_kv.wire import Gap
+from collector.live.vllm_kv_subscriber import NOT_IN_BUFFER
 from collector.queries.vllm_kv import vllm_kv_summary
 from collector.replay.block_manager import CacheSettings
+from collector.store.run_file import RunStore
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import Gap
 from tests.support.app import go_to, metrics, start
 from tests.support.browser import (
-    CHROMEDRIVER,
-    CHROMIUM,
-    app_server,
-    chromium,
+    app_in_chromium,
+    keep_screenshot,
     png_is_not_blank,
     screenshot_page,
 )
-from tests.support.repo import REPO, SAMPLE_RUN, SAMPLE_TRACE
+from tests.support.repo import SAMPLE_RUN
 from tests.support.vllm_kv_pipeline import (
-    EventSource,
     H,
     checked_sockets,
     events_run,
-    receive,
     received,
+    replay_sample,
     stored,
-    subscriber_for,
-    wait_until_sent,
-    zmq_publisher,
 )
 from visualizer.charts.vllm_kv import vllm_kv_activity_figure
 
@@ -52,19 +45,9 @@ SETTINGS = CacheSettings(block_size=16, num_blocks=600)
 def collected_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """120 sample requests through vLLM's manager and publisher, then a cache reset."""
     path = tmp_path_factory.mktemp("collected") / "run.duckdb"
-    with (
-        checked_sockets() as sockets,
-        zmq_publisher(sockets) as publisher,
-        subscriber_for(sockets) as subscriber,
-    ):
-        source = EventSource(publisher, SETTINGS)
-        source.replay(SAMPLE_TRACE, limit=120)
-        assert source.manager.reset_prefix_cache()
-        source.step()
-        wait_until_sent(publisher)
-        batches = receive(subscriber, len(source.published))
-        run = events_run(path, SETTINGS)
-        append_vllm_batches(run, batches, subscriber.take_gaps(), HashConflictDetector())
+    run = events_run(path, SETTINGS)
+    with checked_sockets() as sockets:
+        replay_sample(sockets, run, SETTINGS, limit=120, then_reset=True)
     run.finalize()  # as the collector does when it stops
     run.close()
     return path
@@ -111,8 +94,6 @@ def test_the_sample_run_says_it_has_none_and_how_to_collect_them() -> None:
 
 
 def test_a_collected_run_shows_what_vllm_sent(collected_run: Path) -> None:
-    from collector.store.run_file import RunStore
-
     store = RunStore.open(collected_run)
     summary = vllm_kv_summary(store)
     store.close()
@@ -169,15 +150,12 @@ def test_the_activity_chart_stacks_stores_over_removals_and_marks_clears() -> No
 
 @pytest.mark.slow
 def test_screenshots_of_the_page(collected_run: Path, troubled_run: Path, tmp_path: Path) -> None:
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail("Debian's chromium and chromium-driver are needed (see .ci/run)")
-    keep = os.environ.get("KVSCOPE_SCREENSHOTS")
     for name, run, num_charts in [
         ("sample", SAMPLE_RUN, 0),
         ("collected", collected_run, 1),
         ("troubled", troubled_run, 1),
     ]:
-        with app_server(REPO, "--db", str(run)) as url, chromium() as driver:
+        with app_in_chromium(run) as (url, driver):
             # The app's entry first: a deep link as the very first request would run the
             # page file alone, before app.py's st.navigation is known to the server.
             screenshot_page(driver, url, tmp_path / f"entry_{name}.png", 0)
@@ -186,6 +164,4 @@ def test_screenshots_of_the_page(collected_run: Path, troubled_run: Path, tmp_pa
         assert seen["exceptions"] == [], seen
         assert seen["charts"] == num_charts, seen
         assert png_is_not_blank(path)
-        if keep:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, Path(keep) / path.name)
+        keep_screenshot(path)

@@ -5,23 +5,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import zmq
 
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.subscriber import (
+from collector.live import vllm_kv_subscriber as subscriber_module
+from collector.live.vllm_kv_subscriber import (
     NO_REPLAY_ENDPOINT,
     NOT_IN_BUFFER,
+    REFUSED,
     REPLAY_TIMED_OUT,
-    UNDECODABLE,
+    REPLAY_TOO_LARGE,
     VllmKvEventSubscriber,
 )
-from collector.live.vllm_kv.wire import ReceivedBatch
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import Gap, ReceivedBatch
+from engine_hooks.events import INT32_MAX
 from tests.support.vllm_kv_pipeline import (
     EventSource,
     checked_sockets,
@@ -195,15 +201,24 @@ def test_a_restarted_collector_resumes_after_the_last_stored_batch(sockets: Path
     assert all(batch.replayed for batch in resumed)
 
 
-def test_batches_gone_from_the_replay_buffer_are_recorded_as_lost(sockets: Path) -> None:
-    with zmq_publisher(sockets, buffer_steps=2) as publisher:
+def early_then_live(
+    sockets: Path, num_early: int, **publisher_options: Any
+) -> tuple[list[ReceivedBatch], list[Gap]]:
+    """`num_early` batches published before a subscriber connects, then live ones until it
+    receives some: what it received, and the gaps it recorded."""
+    with zmq_publisher(sockets, **publisher_options) as publisher:
         source = EventSource(publisher, ROOMY)
-        for index in range(6):
+        for index in range(num_early):
             source.serve(f"early-{index}", [index * 100 + offset for offset in range(9)])
         wait_until_sent(publisher)
         with subscriber_for(sockets) as subscriber:
             received = serve_until_received(source, subscriber)
             gaps = subscriber.take_gaps()
+    return received, gaps
+
+
+def test_batches_gone_from_the_replay_buffer_are_recorded_as_lost(sockets: Path) -> None:
+    received, gaps = early_then_live(sockets, 6, buffer_steps=2)
     live = received[-1].seq
     # vLLM keeps only the last two batches: the one before the live one comes back.
     assert seqs(received) == [live - 1, live]
@@ -257,7 +272,7 @@ def test_an_engine_restart_starts_a_new_epoch(sockets: Path) -> None:
 
 
 def test_an_event_type_this_kvscope_does_not_know_is_recorded_as_lost(sockets: Path) -> None:
-    from vllm.distributed.kv_events import KVCacheEvent, KVEventBatch
+    from vllm.distributed.kv_events import KVCacheEvent, KVEventBatch  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     class BlockPinned(KVCacheEvent):  # what a future vLLM might add
         block_hashes: list[int]
@@ -272,16 +287,16 @@ def test_an_event_type_this_kvscope_does_not_know_is_recorded_as_lost(sockets: P
         gaps = subscriber.take_gaps()
     assert seqs(received) == [0, 2]
     assert [(gap.first_seq, gap.last_seq) for gap in gaps] == [(1, 1)]
-    assert gaps[0].reason.startswith(UNDECODABLE)
+    assert gaps[0].reason.startswith(f"{REFUSED} (invalid)")
     assert "BlockPinned" in gaps[0].reason
+    assert subscriber.rejected.by_reason == {"invalid": 1}
 
 
-def test_malformed_messages_are_ignored_and_a_good_one_still_arrives(sockets: Path) -> None:
-    """What arrives on the SUB socket is untrusted: a sequence number of the wrong width or
-    past what a run file holds, or the wrong frames, is ignored; nothing crashes."""
-    import msgspec
-    import zmq
-    from vllm.distributed.kv_events import KVEventBatch
+@contextmanager
+def forged_publisher(sockets: Path) -> Iterator[tuple[str, bytes, Any]]:
+    """A plain ZMQ PUB socket to forge vLLM's messages on: its endpoint, the payload of an
+    empty batch, and the socket."""
+    from vllm.distributed.kv_events import KVEventBatch  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     endpoint = f"ipc://{sockets}/forged.ipc"
     payload = msgspec.msgpack.encode(KVEventBatch(ts=1.0, events=[]))
@@ -289,27 +304,115 @@ def test_malformed_messages_are_ignored_and_a_good_one_still_arrives(sockets: Pa
     publisher = context.socket(zmq.PUB)
     publisher.bind(endpoint)
     try:
-        with VllmKvEventSubscriber(endpoint, None, "kv") as subscriber:
-            forged = [
-                [b"kv", (0).to_bytes(9, "big"), payload],  # nine bytes of sequence number
-                [b"kv", (2**64 - 1).to_bytes(8, "big"), payload],  # past BIGINT
-                [b"kv", payload],  # two frames
-                [b"kv", (0).to_bytes(8, "big"), payload, b"extra"],  # four
-            ]
-            # ZMQ's slow joiner: a PUB drops what it sends before the SUB is connected, so
-            # repeat a good batch until one arrives, then send the forged ones once.
-            deadline = time.monotonic() + 30
-            while not subscriber.poll(200) and time.monotonic() < deadline:
-                publisher.send_multipart([b"kv", (0).to_bytes(8, "big"), payload])
-            for frames in forged:
-                publisher.send_multipart(frames)
-            publisher.send_multipart([b"kv", (1).to_bytes(8, "big"), payload])
-            received: list[ReceivedBatch] = []
-            while 1 not in seqs(received) and time.monotonic() < deadline:
-                received += subscriber.poll(200)
-            received += subscriber.poll(200)
-            assert seqs(received) == [1]
-            assert subscriber.take_gaps() == []
+        yield endpoint, payload, publisher
     finally:
         publisher.close(linger=0)
         context.term()
+
+
+def test_malformed_messages_are_ignored_and_a_good_one_still_arrives(sockets: Path) -> None:
+    """What arrives on the SUB socket is untrusted: a sequence number of the wrong width or
+    past what a run file holds, or the wrong frames, is ignored; nothing crashes."""
+    with (
+        forged_publisher(sockets) as (endpoint, payload, publisher),
+        VllmKvEventSubscriber(endpoint, None, "kv") as subscriber,
+    ):
+        forged = [
+            [b"kv", (0).to_bytes(9, "big"), payload],  # nine bytes of sequence number
+            [b"kv", (2**64 - 1).to_bytes(8, "big"), payload],  # past BIGINT
+            [b"kv", payload],  # two frames
+            [b"kv", (0).to_bytes(8, "big"), payload, b"extra"],  # four
+        ]
+        # ZMQ's slow joiner: a PUB drops what it sends before the SUB is connected, so
+        # repeat a good batch until one arrives, then send the forged ones once.
+        deadline = time.monotonic() + 30
+        while not subscriber.poll(200) and time.monotonic() < deadline:
+            publisher.send_multipart([b"kv", (0).to_bytes(8, "big"), payload])
+        for frames in forged:
+            publisher.send_multipart(frames)
+        publisher.send_multipart([b"kv", (1).to_bytes(8, "big"), payload])
+        received: list[ReceivedBatch] = []
+        while 1 not in seqs(received) and time.monotonic() < deadline:
+            received += subscriber.poll(200)
+        received += subscriber.poll(200)
+        assert seqs(received) == [1]
+        assert subscriber.take_gaps() == []
+
+
+def test_a_replay_past_its_budget_comes_in_rounds_and_loses_nothing(
+    sockets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay takes at most REPLAY_BYTES (here: one batch): catching up takes as many
+    rounds as vLLM's buffer holds batches, each number once, none lost."""
+    monkeypatch.setattr(subscriber_module, "REPLAY_BYTES", 1)
+    with zmq_publisher(sockets) as publisher:
+        source = EventSource(publisher, ROOMY)
+        for index in range(3):
+            source.serve(f"early-{index}", [index * 100 + offset for offset in range(9)])
+        wait_until_sent(publisher)  # sent to nobody: only the replay buffer has them
+        with subscriber_for(sockets) as subscriber:
+            rounds = []
+            while batches := subscriber.catch_up():
+                rounds.append(seqs(batches))
+            gaps = subscriber.take_gaps()
+    assert rounds == [[seq] for seq in range(len(source.published))]
+    assert gaps == []
+
+
+def test_a_gap_past_the_replay_budget_is_recorded_as_lost(
+    sockets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live batch reveals a gap; one replay (here: one batch) heals what it holds, and the
+    rest of the gap is recorded with the reason."""
+    monkeypatch.setattr(subscriber_module, "REPLAY_BYTES", 1)
+    received, gaps = early_then_live(sockets, 3)
+    live = received[-1].seq
+    assert seqs(received) == [0, live]
+    assert [(gap.first_seq, gap.last_seq, gap.reason) for gap in gaps] == [
+        (1, live - 1, REPLAY_TOO_LARGE)
+    ]
+
+
+def test_a_poll_decodes_at_most_its_budget_and_the_rest_waits(
+    sockets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll takes at most POLL_BYTES of messages (here: one message); what is left waits in
+    ZMQ's queue (or the publisher's) for the next poll, in order, none lost."""
+    monkeypatch.setattr(subscriber_module, "POLL_BYTES", 1)
+    with zmq_publisher(sockets) as publisher, subscriber_for(sockets) as subscriber:
+        source = EventSource(publisher, ROOMY)
+        first = serve_until_received(source, subscriber)
+        for index in range(3):
+            source.serve(f"later-{index}", [index * 100 + offset for offset in range(9)])
+        wait_until_sent(publisher)
+        polls = [seqs(first)]
+        while len(polls) <= len(source.published) - first[-1].seq - 1:
+            polls.append(seqs(subscriber.poll(1_000)))
+        gaps = subscriber.take_gaps()
+    newest = first[-1].seq
+    assert polls[1:] == [[seq] for seq in range(newest + 1, len(source.published))]
+    assert gaps == []
+
+
+def test_a_publisher_restarting_past_what_a_run_counts_is_refused(sockets: Path) -> None:
+    """Each fall in the numbers is a restart, counted in the run file's INTEGER `epoch`: once
+    it holds the largest, a further restart's batches are refused, counted and recorded, and
+    the stream goes on in that epoch."""
+    with (
+        forged_publisher(sockets) as (endpoint, payload, publisher),
+        VllmKvEventSubscriber(endpoint, None, "kv", first_seq=5) as subscriber,
+    ):
+        deadline = time.monotonic() + 30
+        while not subscriber.poll(200) and time.monotonic() < deadline:
+            publisher.send_multipart([b"kv", (5).to_bytes(8, "big"), payload])
+        subscriber.poll(200)  # a repeat that was on its way: a restart, before the test's
+        subscriber.epoch = INT32_MAX - 1
+        received: list[ReceivedBatch] = []
+        for seq in (0, 0, 1):  # a restart (the last the run counts), one more, then on
+            publisher.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
+        while len(received) < 2 and time.monotonic() < deadline:
+            received += subscriber.poll(200)
+        gaps = subscriber.take_gaps()
+    assert [(batch.epoch, batch.seq) for batch in received] == [(INT32_MAX, 0), (INT32_MAX, 1)]
+    assert subscriber.rejected.by_reason == {"restarts": 1}
+    assert [gap.reason.split(":")[0] for gap in gaps] == [f"{REFUSED} (restarts)"]

@@ -14,9 +14,6 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.wire import ReceivedBatch
 from collector.queries.vllm_kv import (
     vllm_kv_activity,
     vllm_kv_media,
@@ -25,6 +22,9 @@ from collector.queries.vllm_kv import (
 )
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import ReceivedBatch
 from tests.support.app import go_to, metrics, start
 from tests.support.vllm_kv_pipeline import events_run, through_the_wire
 from visualizer.charts.vllm_kv import vllm_kv_tier_occupancy_figure
@@ -40,7 +40,7 @@ PARENTS = {A: None, B: A, C: B, D: None}
 def stored(hashes: list[int], medium: str | None, **fields: Any) -> Any:
     """vLLM's BlockStored of consecutive blocks of four tokens, as its GPU pool (or, with
     medium "CPU", its offloading connector's self-describing events) publishes them."""
-    from vllm.distributed.kv_events import BlockStored
+    from vllm.distributed.kv_events import BlockStored  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     block = {
         "block_hashes": hashes,
@@ -56,19 +56,19 @@ def stored(hashes: list[int], medium: str | None, **fields: Any) -> Any:
 
 
 def removed(hashes: list[int], medium: str) -> Any:
-    from vllm.distributed.kv_events import BlockRemoved
+    from vllm.distributed.kv_events import BlockRemoved  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     return BlockRemoved(block_hashes=hashes, medium=medium, group_idx=0)
 
 
 def cleared() -> Any:
-    from vllm.distributed.kv_events import AllBlocksCleared
+    from vllm.distributed.kv_events import AllBlocksCleared  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     return AllBlocksCleared()
 
 
 def batch(ts: float, *events: Any, dp_rank: int = 0) -> Any:
-    from vllm.distributed.kv_events import KVEventBatch
+    from vllm.distributed.kv_events import KVEventBatch  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     return KVEventBatch(ts=ts, events=list(events), data_parallel_rank=dp_rank)
 
@@ -197,11 +197,11 @@ def conflicts_of(vllm_batches: list[Any]) -> tuple[list[tuple[int, int]], HashCo
 def test_vllms_placeholder_tier_events_are_not_conflicts() -> None:
     """By default vLLM's offloading connector announces a chunk by its hash alone (no tokens,
     no parent, block size 0): nothing to compare with the GPU pool's block of that hash."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.events import (
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.events import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         OffloadingEventsTracker,
     )
-    from vllm.v1.core.kv_cache_utils import BlockHash, maybe_convert_block_hash
-    from vllm.v1.kv_offload.base import (
+    from vllm.v1.core.kv_cache_utils import BlockHash, maybe_convert_block_hash  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.kv_offload.base import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         Medium,
         OffloadingEvent,
         OffloadingKVEventsConfig,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from collector.live.vllm_kv import wire as vllm_kv_wire
+from collector.vllm_kv import wire as vllm_kv_wire
+from engine_hooks.versions import SUPPORTED_VLLM
 from tests.support.modules import loaded_modules
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported
 
 def vllm_batch() -> object:
     """A KVEventBatch from vLLM's own classes with every field set."""
-    from vllm.distributed.kv_events import (
+    from vllm.distributed.kv_events import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         AllBlocksCleared,
         BlockRemoved,
         BlockStored,
@@ -46,13 +47,13 @@ def vllm_batch() -> object:
 
 @pytest.mark.parametrize("name", ["BlockStored", "BlockRemoved", "AllBlocksCleared"])
 def test_the_event_structs_have_exactly_vllms_fields(name: str) -> None:
-    """vLLM's fields, in vLLM's order; an older vLLM lacks only the newest ones."""
-    import vllm
-    import vllm.distributed.kv_events as vllm_events
+    """vLLM's fields, in vLLM's order; an older vLLM of the window lacks only the newest."""
+    import vllm  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    import vllm.distributed.kv_events as vllm_events  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     theirs = getattr(vllm_events, name).__struct_fields__
     ours = getattr(vllm_kv_wire, name).__struct_fields__
-    if vllm.__version__.startswith("0.33."):
+    if vllm.__version__.startswith(SUPPORTED_VLLM[-1]):
         assert ours == theirs
     else:
         assert ours[: len(theirs)] == theirs
@@ -67,13 +68,18 @@ def test_a_batch_encoded_by_vllm_decodes_field_for_field() -> None:
     assert isinstance(stored, vllm_kv_wire.BlockStored)
     assert isinstance(removed, vllm_kv_wire.BlockRemoved)
     assert isinstance(cleared, vllm_kv_wire.AllBlocksCleared)
-    # No field lost or altered: every field vLLM encoded decodes to the same value.
+    # No field lost or altered: every field vLLM encoded decodes to the same value (each
+    # block's extra keys stay encoded, as vLLM encoded them).
+    assert stored.extra_keys is not None
+    keys = [msgspec.msgpack.decode(raw) for raw in stored.extra_keys]
+    assert keys == [["adapter", ["image-1", 0], "salt"], None]
+    assert vllm_kv_wire.block_extra_keys(stored, 1) is None
+    stored.extra_keys = keys
     ours, theirs = (msgspec.json.decode(msgspec.json.encode(one)) for one in (decoded, batch))
     assert ours[0] == theirs[0] and ours[2] == theirs[2]  # the timestamp, the DP rank
     for event, vllm_event in zip(ours[1], theirs[1], strict=True):
         assert {name: event.get(name) for name in vllm_event} == vllm_event
     assert stored.block_hashes == [2**64 - 1, b"\x01" * 32]
-    assert stored.extra_keys == [["adapter", ["image-1", 0], "salt"], None]
 
 
 def test_older_batches_without_newer_fields_still_decode() -> None:
@@ -103,7 +109,7 @@ def test_older_batches_without_newer_fields_still_decode() -> None:
 
 
 def test_hash64_is_vllms_own_conversion() -> None:
-    from vllm.v1.core.kv_cache_utils import BlockHash, maybe_convert_block_hash
+    from vllm.v1.core.kv_cache_utils import BlockHash, maybe_convert_block_hash  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     full = bytes(range(32))
     assert vllm_kv_wire.hash64(full) == maybe_convert_block_hash(BlockHash(full))
@@ -115,7 +121,7 @@ def test_hash64_is_vllms_own_conversion() -> None:
 def test_the_subscriber_loads_neither_vllm_nor_torch() -> None:
     """The collector starts in a blink: decoding vLLM's events does not import vLLM."""
     modules = loaded_modules(
-        "import collector.live.vllm_kv.subscriber, collector.live.vllm_kv.ingest, "
-        "collector.live.vllm_kv.conflicts, collector.queries.vllm_kv"
+        "import collector.live.vllm_kv_subscriber, collector.vllm_kv.ingest, "
+        "collector.vllm_kv.conflicts, collector.queries.vllm_kv"
     )
     assert not modules & {"vllm", "torch", "streamlit", "plotly"}

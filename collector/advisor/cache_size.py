@@ -16,18 +16,41 @@ own requests); vLLM's Scheduler replays one engine, so it checks no fleet.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
 
 import numpy as np
 
 from collector.advisor.context import RunContext
+from collector.advisor.scheduler_check import scheduler_check
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.model.kv_memory import blocks_for_gib, gib_for_blocks, vllm_pool_settings
 from collector.model.mrc import MissRatioCurve
+from collector.replay.sweep_results import SweepResult
+from collector.safe_text import markdown_text
 
 TARGET_FRACTION = 0.95
 MEMORY_STEPS_GIB = (1, 2, 4, 8, 16)
 SHRINK_LOSS = 0.005
+MIN_GROW_GAIN = 0.005
+
+
+class SizeSource(Enum):
+    """What gave a recommendation's token hit ratios (`phrase_source` says it in words)."""
+
+    CURVE = "curve"  # the one-pass curve of the run's block stream
+    FLEET_CURVE = "fleet-curve"  # each engine's one-pass curve, summed over the fleet
+    SCHEDULER = "scheduler"  # replays through vLLM's Scheduler at the run's arrival times
+    WHATIF = "whatif"  # a what-if sweep's replays through vLLM
+
+
+class SizeChange(Enum):
+    """What the rule makes of a recommendation."""
+
+    GROW = "grow"
+    SHRINK = "shrink"
+    KEEP = "keep"
+
+
 CURVE_SOURCE = "one-pass curve of this run's block stream (one request at a time)"
 FLEET_CURVE_SOURCE = (
     "one-pass curves of each engine's own block stream (one request at a time), summed over "
@@ -50,9 +73,26 @@ class SizeRecommendation:
     ratio: float
     current_ratio: float
     top_ratio: float
-    source: str
+    source: SizeSource
+    replayed_sizes: int = 0  # the what-if sweep's pool sizes, where it decided
     short_sweep: str = ""
     curve_note: str = ""
+
+    @property
+    def gain(self) -> float:
+        """Points of token hit ratio the recommended pool gains over the run's."""
+        return self.ratio - self.current_ratio
+
+
+def phrase_source(recommendation: SizeRecommendation) -> str:
+    """The recommendation's source in words (evidence, effects, the JSON's figures)."""
+    if recommendation.source is SizeSource.WHATIF:
+        return f"what-if replays through vLLM ({recommendation.replayed_sizes} pool sizes)"
+    return {
+        SizeSource.CURVE: CURVE_SOURCE,
+        SizeSource.FLEET_CURVE: FLEET_CURVE_SOURCE,
+        SizeSource.SCHEDULER: SCHEDULER_SOURCE,
+    }[recommendation.source]
 
 
 def smallest_pool_reaching(curve: MissRatioCurve, ratio: float) -> int:
@@ -75,23 +115,24 @@ def recommend_size(context: RunContext) -> SizeRecommendation:
     replays = _replays_at_block_size(context)
     short_sweep = ""
     if replays:
-        largest = max(replays, key=lambda row: row["num_blocks"])
-        if largest["num_blocks"] >= num_blocks:
-            best = max(row["token_hit_ratio"] for row in replays)
+        largest = max(replays, key=lambda row: row.num_blocks)
+        if largest.num_blocks >= num_blocks:
+            best = max(row.token_hit_ratio for row in replays)
             chosen = min(
-                (row for row in replays if row["token_hit_ratio"] >= TARGET_FRACTION * best),
-                key=lambda row: row["num_blocks"],
+                (row for row in replays if row.token_hit_ratio >= TARGET_FRACTION * best),
+                key=lambda row: row.num_blocks,
             )
             return SizeRecommendation(
-                num_blocks=chosen["num_blocks"],
-                ratio=chosen["token_hit_ratio"],
+                num_blocks=chosen.num_blocks,
+                ratio=chosen.token_hit_ratio,
                 current_ratio=context.summary["token_hit_ratio"],
                 top_ratio=top,
-                source=f"what-if replays through vLLM ({len(replays)} pool sizes)",
+                source=SizeSource.WHATIF,
+                replayed_sizes=len(replays),
             )
         short_sweep = (
-            f"the what-if sweep stops at {largest['num_blocks']:,} blocks "
-            f"({largest['token_hit_ratio']:.1%}), before the curve flattens: replay "
+            f"the what-if sweep stops at {largest.num_blocks:,} blocks "
+            f"({largest.token_hit_ratio:.1%}), before the curve flattens: replay "
             f"{num_blocks:,} blocks or more to check this recommendation through vLLM"
         )
     return _checked(context, num_blocks, top, short_sweep)
@@ -102,14 +143,14 @@ def _checked(
 ) -> SizeRecommendation:
     """The curve's pick with the ratios of replays through vLLM's Scheduler at the run's
     pool and at the pick, where the run is replayed so; else the curve's, saying why."""
-    check = context.scheduler_check((context.num_blocks, num_blocks))
+    check = scheduler_check(context, (context.num_blocks, num_blocks))
     if check.ratios:
         return SizeRecommendation(
             num_blocks=num_blocks,
             ratio=check.ratios[num_blocks],
             current_ratio=check.ratios[context.num_blocks],
             top_ratio=top,
-            source=SCHEDULER_SOURCE,
+            source=SizeSource.SCHEDULER,
             short_sweep=short_sweep,
         )
     return SizeRecommendation(
@@ -117,31 +158,41 @@ def _checked(
         ratio=context.curve.token_hit_ratio(num_blocks),
         current_ratio=context.curve.token_hit_ratio(context.num_blocks),
         top_ratio=top,
-        source=CURVE_SOURCE if context.num_engines == 1 else FLEET_CURVE_SOURCE,
+        source=SizeSource.CURVE if context.num_engines == 1 else SizeSource.FLEET_CURVE,
         short_sweep=short_sweep,
         curve_note=check.skipped,
     )
 
 
-def _replays_at_block_size(context: RunContext) -> list[dict[str, Any]]:
-    return [row for row in context.whatif_rows if row["block_size"] == context.block_size]
+def _replays_at_block_size(context: RunContext) -> list[SweepResult]:
+    return [row for row in context.whatif_rows if row.block_size == context.block_size]
+
+
+def decide_change(recommendation: SizeRecommendation, current: int) -> SizeChange:
+    """Grow to a larger pool that gains MIN_GROW_GAIN or more; shrink to one half the size
+    or less that loses under SHRINK_LOSS; else keep the run's."""
+    if recommendation.num_blocks > current and recommendation.gain >= MIN_GROW_GAIN:
+        return SizeChange.GROW
+    if recommendation.num_blocks * 2 <= current and recommendation.gain > -SHRINK_LOSS:
+        return SizeChange.SHRINK
+    return SizeChange.KEEP
 
 
 def cache_size(context: RunContext) -> list[Suggestion]:
     """Suggest the recommended pool when it is larger than the run's (or much smaller)."""
     recommendation = recommend_size(context)
-    current = context.num_blocks
-    gain = recommendation.ratio - recommendation.current_ratio
-    if recommendation.num_blocks > current and gain >= 0.005:
-        return [_grow(context, recommendation, gain)]
-    if recommendation.num_blocks * 2 <= current and gain > -SHRINK_LOSS:
+    change = decide_change(recommendation, context.num_blocks)
+    if change is SizeChange.GROW:
+        return [_grow(context, recommendation)]
+    if change is SizeChange.SHRINK:
         return [_shrink(context, recommendation)]
     return []
 
 
-def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) -> Suggestion:
+def _grow(context: RunContext, recommendation: SizeRecommendation) -> Suggestion:
     spec, block_size, current = context.spec, context.block_size, context.num_blocks
-    target = recommendation.num_blocks
+    target, gain = recommendation.num_blocks, recommendation.gain
+    source = phrase_source(recommendation)
     extra_gib = gib_for_blocks(spec, block_size, target - current)
     settings = vllm_pool_settings(
         spec,
@@ -161,7 +212,7 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
         effect=(
             f"token hit ratio {recommendation.current_ratio:.1%} -> {recommendation.ratio:.1%} "
             f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
-            f"from the cache over this run), per the {recommendation.source}"
+            f"from the cache over this run), per the {source}"
         ),
         action=_action(settings) + context.on_each_engine,
         gain_tokens=gain_tokens,
@@ -172,7 +223,7 @@ def _grow(context: RunContext, recommendation: SizeRecommendation, gain: float) 
             "current_token_hit_ratio": recommendation.current_ratio,
             "recommended_token_hit_ratio": recommendation.ratio,
             "unlimited_token_hit_ratio": recommendation.top_ratio,
-            "source": recommendation.source,
+            "source": source,
         },
         charts=[curve_chart(context, recommendation)],
     )
@@ -191,7 +242,7 @@ def _shrink(context: RunContext, recommendation: SizeRecommendation) -> Suggesti
         evidence=_evidence(context, recommendation),
         effect=(
             f"frees {freed_gib:.1f} GiB per GPU (for a larger batch or model) at a cost of "
-            f"{loss * 100:.2f} points of token hit ratio, per the {recommendation.source}"
+            f"{loss * 100:.2f} points of token hit ratio, per the {phrase_source(recommendation)}"
         ),
         action=_action(
             vllm_pool_settings(
@@ -220,7 +271,8 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
         f"at the run's {current:,} blocks{per_engine} "
         f"({gib_for_blocks(spec, block_size, current):.1f} GiB) "
         f"the token hit ratio is {recommendation.current_ratio:.1%}; an unlimited cache would "
-        f"give {recommendation.top_ratio:.1%} (one-pass curve); source: {recommendation.source}",
+        f"give {recommendation.top_ratio:.1%} (one-pass curve); source: "
+        f"{phrase_source(recommendation)}",
         f"{recommendation.num_blocks:,} blocks{per_engine} reach {recommendation.ratio:.1%}, "
         f"{TARGET_FRACTION:.0%} of what an unlimited cache gives",
         f"the run itself measured {context.summary['token_hit_ratio']:.1%} "
@@ -239,12 +291,12 @@ def _evidence(context: RunContext, recommendation: SizeRecommendation) -> list[s
 
 def _models(recommendation: SizeRecommendation) -> str:
     """What each source models of the run's timing."""
-    if recommendation.source == SCHEDULER_SOURCE:
+    if recommendation.source is SizeSource.SCHEDULER:
         return (
             "the Scheduler replays overlap its requests as they arrived; the one-pass curve "
             "(which picked the size, and gives the memory steps below) models one at a time"
         )
-    if recommendation.source == FLEET_CURVE_SOURCE:
+    if recommendation.source is SizeSource.FLEET_CURVE:
         return "the curves model one request at a time on each engine"
     return "the curve models one request at a time"
 
@@ -254,7 +306,8 @@ def _concurrency(context: RunContext) -> str:
     timing = (
         "one request at a time"
         if seqs == 1
-        else f"{context.config['timing'] or 'live'} timing, up to {seqs or '?'} requests at once"
+        else f"{markdown_text(context.config['timing'] or 'live')} timing, up to {seqs or '?'} "
+        "requests at once"
     )
     return timing if context.num_engines == 1 else f"{context.num_engines} engines, {timing} each"
 
@@ -264,7 +317,7 @@ def curve_chart(context: RunContext, recommendation: SizeRecommendation) -> Char
     any what-if replays at the run's block size."""
     sizes, ratios = context.curve.points()
     series = [Series("one-pass curve", sizes.tolist(), ratios.tolist())]
-    if recommendation.source == SCHEDULER_SOURCE:
+    if recommendation.source is SizeSource.SCHEDULER:
         series.append(
             Series(
                 "replays through vLLM's Scheduler",
@@ -272,13 +325,13 @@ def curve_chart(context: RunContext, recommendation: SizeRecommendation) -> Char
                 [recommendation.current_ratio, recommendation.ratio],
             )
         )
-    replays = sorted(_replays_at_block_size(context), key=lambda row: row["num_blocks"])
+    replays = sorted(_replays_at_block_size(context), key=lambda row: row.num_blocks)
     if replays:
         series.append(
             Series(
                 "what-if replays",
-                [row["num_blocks"] for row in replays],
-                [row["token_hit_ratio"] for row in replays],
+                [row.num_blocks for row in replays],
+                [row.token_hit_ratio for row in replays],
             )
         )
     return Chart(

@@ -7,10 +7,12 @@ at every pool size per engine: a fleet's pool sizes are per engine throughout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from collector.advisor.scheduler_ratios import SchedulerCheck
 from collector.advisor.suggestion import NotApplicable
 from collector.model.block_stream import (
     Namespace,
@@ -20,13 +22,21 @@ from collector.model.block_stream import (
 )
 from collector.model.kv_memory import MODELS, GpuMemory, KVSpec
 from collector.model.mrc import MissRatioCurve, fleet_curve, miss_ratio_curve
-from collector.queries.config import RunRow, run_config, run_options
+from collector.model.trace_request import TraceRequest
+from collector.queries.config import RecordedOptions, RunRow, recorded_options, run_config
+from collector.queries.fleet import num_engines
+from collector.queries.requests import (
+    engine_block_streams,
+    has_token_ids,
+    request_engines,
+    requests_from_run,
+    run_block_stream,
+)
 from collector.queries.summary import RunSummary, run_summary
-from collector.replay.traces import TraceRequest
+from collector.replay.sweep_results import SweepResult
 from collector.store.run_file import RunFile
 
 if TYPE_CHECKING:
-    from collector.advisor.scheduler_check import SchedulerCheck
     from collector.queries.requests import Engine
 
 # What a CPU tier's loads move at, GB/s: PCIe 4.0 x16's 32 GB/s less protocol overhead (an
@@ -43,14 +53,16 @@ class RunContext:
         path: Path,
         spec: KVSpec = MODELS["llama-3.1-8b"],
         gpu: GpuMemory | None = None,
-        whatif: dict[str, Any] | None = None,
+        whatif: Sequence[SweepResult] = (),
         *,
         max_model_len: int | None = None,
         pcie_gb_per_s: float = PCIE_GB_PER_S,
         scheduler_checks: dict[tuple[int, ...], SchedulerCheck] | None = None,
     ) -> None:
-        """`scheduler_checks` keeps the run's Scheduler replays by pool sizes: they depend on
-        the run alone, so contexts of one run file under other assumptions may share it."""
+        """`whatif`: a what-if sweep's results (`kvscope whatif`), if one is given.
+        `scheduler_checks` keeps the run's Scheduler replays by pool sizes
+        (collector/advisor/scheduler_check.py): they depend on the run alone, so contexts of
+        one run file under other assumptions may share it."""
         self.run = run
         self.path = path
         self.spec = spec
@@ -58,17 +70,17 @@ class RunContext:
         self.whatif = whatif
         self.max_model_len = max_model_len  # the engine's --max-model-len, where known
         self.pcie_gb_per_s = pcie_gb_per_s  # host <-> GPU bandwidth a CPU tier's loads take
-        self._curves: dict[tuple[int, Any], MissRatioCurve] = {}
-        self._scheduler_checks = {} if scheduler_checks is None else scheduler_checks
+        self._curves: dict[tuple[int, str], MissRatioCurve] = {}
+        self.scheduler_checks = {} if scheduler_checks is None else scheduler_checks
 
     @cached_property
     def config(self) -> RunRow:
         return run_config(self.run)
 
     @cached_property
-    def options(self) -> dict[str, Any]:
-        """The options the run recorded (a live capture records fewer than a replay)."""
-        return run_options(self.config)
+    def options(self) -> RecordedOptions:
+        """The replay settings the run recorded (a live capture records fewer than a replay)."""
+        return recorded_options(self.config)
 
     @cached_property
     def summary(self) -> RunSummary:
@@ -85,8 +97,6 @@ class RunContext:
     @cached_property
     def num_engines(self) -> int:
         """The engines (engine id x DP rank) the run's records name: 1 for a single engine."""
-        from collector.queries.fleet import num_engines
-
         return max(num_engines(self.run), 1)
 
     @property
@@ -102,15 +112,11 @@ class RunContext:
     @cached_property
     def block_stream(self) -> list[RequestBlocks]:
         """The run's own block hashes, request by request in arrival order (all engines')."""
-        from collector.queries.requests import run_block_stream
-
         return run_block_stream(self.run)[1]
 
     @cached_property
     def engine_streams(self) -> list[list[RequestBlocks]]:
         """Each engine's own block hashes, request by request in its arrival order."""
-        from collector.queries.requests import engine_block_streams
-
         return list(engine_block_streams(self.run)[1].values())
 
     @cached_property
@@ -126,21 +132,15 @@ class RunContext:
     @cached_property
     def request_engines(self) -> dict[str, Engine]:
         """The engine each request arrived at, by request id."""
-        from collector.queries.requests import request_engines
-
         return request_engines(self.run)
 
     @cached_property
     def has_token_ids(self) -> bool:
-        from collector.queries.requests import has_token_ids
-
         return has_token_ids(self.run)
 
     @cached_property
     def requests(self) -> list[TraceRequest]:
         """The run's requests with their prompts; NotApplicable without recorded token ids."""
-        from collector.queries.requests import requests_from_run
-
         if not self.has_token_ids:
             raise NotApplicable(
                 "needs the prompts' token ids, which this run did not record "
@@ -183,29 +183,17 @@ class RunContext:
         return list(shares.values())
 
     @property
-    def whatif_rows(self) -> list[dict[str, Any]]:
+    def whatif_rows(self) -> list[SweepResult]:
         """The what-if sweep's points that replayed this run's setup: as many pools (engines
-        x DP ranks; a point that does not say replayed one engine of one rank), laid out as
-        the run's, behind the run's router, where both say."""
-        if not self.whatif:
-            return []
-        router, dp_size = self.options.get("router"), self.options.get("dp_size", 1)
+        x DP ranks), laid out as the run's, behind the run's router where the run says."""
+        router, dp_size = self.options.router, self.options.dp_size
         return [
             row
-            for row in self.whatif["results"]
-            if row.get("engines", 1) * row.get("dp_size", 1) == self.num_engines
-            and row.get("dp_size", 1) == dp_size
-            and (router is None or row.get("router") in (None, router))
+            for row in self.whatif
+            if row.num_pools == self.num_engines
+            and row.dp_size == (1 if dp_size is None else dp_size)
+            and (router is None or row.router == router)
         ]
-
-    def scheduler_check(self, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
-        """The run's requests replayed through vLLM's Scheduler at `pool_sizes` (or why not),
-        replayed once for every rule that asks."""
-        if pool_sizes not in self._scheduler_checks:
-            from collector.advisor.scheduler_check import check_pools
-
-            self._scheduler_checks[pool_sizes] = check_pools(self, pool_sizes)
-        return self._scheduler_checks[pool_sizes]
 
     def tokens_at(self, curve: MissRatioCurve, num_blocks: int) -> float:
         """Prefix-hit tokens the curve predicts for this run's requests at `num_blocks`."""

@@ -13,6 +13,9 @@ A run of several engines (several pools, each with its own tier) is not judged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
+
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import (
     Chart,
@@ -40,8 +43,56 @@ ARC_MARGIN = 0.01  # ARC is recommended over vLLM's default LRU only 1 point ahe
 MAX_BLOCK_REFERENCES = 2_000_000  # six replays of this many take about a minute here
 
 
+@dataclass(frozen=True)
+class TierReplays:
+    """The run's block stream at its pool: vLLM's LRU alone, and with a CPU tier of each
+    size (times the pool) under each policy, by (size, policy)."""
+
+    lru: PolicyResult
+    tiers: dict[tuple[int, str], PolicyResult]
+
+    @property
+    def most_gained(self) -> float:
+        """The most token hit ratio any tier adds to LRU alone."""
+        best = max(result.token_hit_ratio for result in self.tiers.values())
+        return best - self.lru.token_hit_ratio
+
+
+@dataclass(frozen=True)
+class TierChoice:
+    """The tier the rule would recommend: the smallest size near the best, ARC where it is
+    ARC_MARGIN ahead of LRU; and what it gains over LRU alone."""
+
+    size: int
+    policy: str
+    result: PolicyResult
+    gain: float
+
+
+class TierVerdict(Enum):
+    """What the rule makes of the chosen tier."""
+
+    TOO_LITTLE = "too-little"  # it gains under MIN_TIER_GAIN
+    TOO_SLOW = "too-slow"  # its loads take longer than the prefill they save
+    WORTH_IT = "worth-it"
+
+
 def cpu_tier(context: RunContext) -> list[Suggestion]:
     """One suggestion when a CPU tier wins MIN_TIER_GAIN or more and pays for its transfers."""
+    replays = replay_tiers(context)
+    choice = choose_tier(replays)
+    price = TierPrice(context, choice.result)
+    verdict = decide(choice, price)
+    if verdict is TierVerdict.TOO_LITTLE:
+        raise NothingToWin(_too_little(replays))
+    if verdict is TierVerdict.TOO_SLOW:
+        raise NothingToWin(_too_slow(context, choice, price))
+    return [_suggestion(context, replays, choice, price)]
+
+
+def replay_tiers(context: RunContext) -> TierReplays:
+    """The run's block stream replayed one request at a time at its pool, with vLLM's CPU
+    offloading manager behind it at each size and policy; NotApplicable where it cannot be."""
     if context.num_engines > 1:
         raise NotApplicable(
             f"this run has {context.num_engines} engines, each with its own pool; the tier "
@@ -54,18 +105,20 @@ def cpu_tier(context: RunContext) -> list[Suggestion]:
     except ReplayTooLarge as error:
         raise NotApplicable(str(error)) from None
     try:
-        lru = replay_policy(stream, block_size, num_blocks, "lru")
-        tiers = {
-            (size, policy): replay_policy(
-                stream,
-                block_size,
-                num_blocks,
-                "lru",
-                tier=CpuTier(size * (num_blocks - 1), policy),
-            )
-            for size in TIER_SIZES
-            for policy in TIER_POLICIES
-        }
+        return TierReplays(
+            lru=replay_policy(stream, block_size, num_blocks, "lru"),
+            tiers={
+                (size, policy): replay_policy(
+                    stream,
+                    block_size,
+                    num_blocks,
+                    "lru",
+                    tier=CpuTier(size * (num_blocks - 1), policy),
+                )
+                for size in TIER_SIZES
+                for policy in TIER_POLICIES
+            },
+        )
     except ValueError as error:
         raise NotApplicable(f"the tier replay cannot hold this run: {error}") from None
     except VllmUnavailable:
@@ -73,99 +126,127 @@ def cpu_tier(context: RunContext) -> list[Suggestion]:
             "it replays through vLLM's own CPU offloading manager, and this environment has "
             "no vLLM kvscope supports"
         ) from None
-    best_gain = max(result.tier_hit_blocks for result in tiers.values())
+
+
+def choose_tier(replays: TierReplays) -> TierChoice:
+    """The smallest size whose tier hits reach NEAR_BEST of the most any size gives; ARC
+    there if it is ARC_MARGIN ahead of LRU, else LRU."""
+    tiers = replays.tiers
+    best_hits = max(result.tier_hit_blocks for result in tiers.values())
     size = next(
         size
         for size in TIER_SIZES
         if max(tiers[size, policy].tier_hit_blocks for policy in TIER_POLICIES)
-        >= NEAR_BEST * best_gain
+        >= NEAR_BEST * best_hits
     )
     arc, plain = tiers[size, "arc"], tiers[size, "lru"]
-    arc_ahead = arc.token_hit_ratio - plain.token_hit_ratio >= ARC_MARGIN
-    chosen = arc if arc_ahead else plain
-    policy = "arc" if arc_ahead else "lru"
-    gain = chosen.token_hit_ratio - lru.token_hit_ratio
-    price = TierPrice(context, chosen)
-    lines = _size_lines(tiers)
-    if gain < MIN_TIER_GAIN:
-        raise NothingToWin(
-            f"a CPU tier up to {TIER_SIZES[-1]}x the GPU pool wins at most "
-            f"{(max(r.token_hit_ratio for r in tiers.values()) - lru.token_hit_ratio) * 100:.1f} "
-            f"points of token hit ratio (under {MIN_TIER_GAIN * 100:.0f}): what the GPU pool "
-            "evicts is rarely asked for again"
-        )
+    policy = "arc" if arc.token_hit_ratio - plain.token_hit_ratio >= ARC_MARGIN else "lru"
+    chosen = tiers[size, policy]
+    return TierChoice(size, policy, chosen, chosen.token_hit_ratio - replays.lru.token_hit_ratio)
+
+
+def decide(choice: TierChoice, price: TierPrice) -> TierVerdict:
+    """Worth it when the tier gains MIN_TIER_GAIN or more and its loads take less time than
+    the prefill they save."""
+    if choice.gain < MIN_TIER_GAIN:
+        return TierVerdict.TOO_LITTLE
     if price.transfer_s >= price.compute_s:
-        raise NothingToWin(
-            f"a CPU tier of {size}x the GPU pool would win {gain * 100:.1f} points, but moving "
-            f"its hits back at {context.pcie_gb_per_s:g} GB/s takes {price.transfer_s:.1f} s "
-            f"against the {price.compute_s:.1f} GPU-seconds of prefill they save"
-        )
-    tier_blocks = size * (num_blocks - 1)
-    tier_gib = gib_for_blocks(context.spec, block_size, tier_blocks)
-    total_gib = tier_gib * context.spec.tensor_parallel_size
-    measured = context.summary["tier_hit_tokens"]
+        return TierVerdict.TOO_SLOW
+    return TierVerdict.WORTH_IT
+
+
+def _too_little(replays: TierReplays) -> str:
+    return (
+        f"a CPU tier up to {TIER_SIZES[-1]}x the GPU pool wins at most "
+        f"{replays.most_gained * 100:.1f} "
+        f"points of token hit ratio (under {MIN_TIER_GAIN * 100:.0f}): what the GPU pool "
+        "evicts is rarely asked for again"
+    )
+
+
+def _too_slow(context: RunContext, choice: TierChoice, price: TierPrice) -> str:
+    return (
+        f"a CPU tier of {choice.size}x the GPU pool would win {choice.gain * 100:.1f} points, "
+        f"but moving its hits back at {context.pcie_gb_per_s:g} GB/s takes "
+        f"{price.transfer_s:.1f} s against the {price.compute_s:.1f} GPU-seconds of prefill "
+        "they save"
+    )
+
+
+def _suggestion(
+    context: RunContext, replays: TierReplays, choice: TierChoice, price: TierPrice
+) -> Suggestion:
+    tier_blocks = choice.size * (context.num_blocks - 1)
+    tier_gib = gib_for_blocks(context.spec, context.block_size, tier_blocks)
+    lru, chosen, gain = replays.lru, choice.result, choice.gain
+    return Suggestion(
+        rule="cpu-tier",
+        title=f"A CPU tier of {tier_gib:.1f} GiB ({choice.policy.upper()}) would win "
+        f"{gain * 100:.1f} points",
+        severity=severity_for_gain(gain),
+        evidence=_evidence(context, replays, choice, price),
+        effect=(
+            f"token hit ratio {lru.token_hit_ratio:.1%} -> {chosen.token_hit_ratio:.1%} "
+            f"(+{gain * 100:.1f} points from the tier); net "
+            f"{price.compute_s - price.transfer_s:.2f} s of GPU time over this run, "
+            f"{price.net_ttft_ms:.1f} ms of TTFT per request on average (the transfer "
+            "counted in full, not overlapped)"
+        ),
+        action=_action(context, choice.policy, tier_blocks, tier_gib),
+        gain_tokens=gain * context.prompt_tokens,
+        figures={
+            "tier_blocks": tier_blocks,
+            "tier_gib": tier_gib,
+            "policy": choice.policy,
+            "lru_token_hit_ratio": lru.token_hit_ratio,
+            "tier_token_hit_ratio": chosen.token_hit_ratio,
+            "tier_hit_blocks": chosen.tier_hit_blocks,
+            "transfer_s": price.transfer_s,
+            "compute_s": price.compute_s,
+            "pcie_gb_per_s": context.pcie_gb_per_s,
+        },
+        charts=[_tier_chart(context, replays, tier_gib)],
+    )
+
+
+def _evidence(
+    context: RunContext, replays: TierReplays, choice: TierChoice, price: TierPrice
+) -> list[str]:
     evidence = [
-        f"vLLM's LRU alone at the run's {num_blocks:,} blocks: {lru.token_hit_ratio:.1%} "
-        "token hit ratio, one request at a time",
-        *lines,
-        f"{chosen.tier_hit_blocks:,} blocks loaded back ({price.gigabytes:.2f} GB over PCIe at "
-        f"{context.pcie_gb_per_s:g} GB/s: {price.transfer_s:.2f} s) save "
+        f"vLLM's LRU alone at the run's {context.num_blocks:,} blocks: "
+        f"{replays.lru.token_hit_ratio:.1%} token hit ratio, one request at a time",
+        *_size_lines(replays.tiers),
+        f"{choice.result.tier_hit_blocks:,} blocks loaded back ({price.gigabytes:.2f} GB over "
+        f"PCIe at {context.pcie_gb_per_s:g} GB/s: {price.transfer_s:.2f} s) save "
         f"{price.compute_s:.2f} GPU-seconds of prefill ({price.model.compute_assumptions()})",
     ]
+    measured = context.summary["tier_hit_tokens"]
     if measured:
         evidence.append(
             f"this run has a tier already: it served {measured:,} prompt tokens "
             f"({context.summary['tier_token_hit_ratio']:.1%})"
         )
+    return evidence
+
+
+def _action(context: RunContext, policy: str, tier_blocks: int, tier_gib: float) -> str:
+    """`vllm serve`'s offloading flags for the tier (its size summed over TP ranks)."""
+    total_gib = tier_gib * context.spec.tensor_parallel_size
     arc_config = (
         ' --kv-transfer-config \'{"kv_connector": "OffloadingConnector", "kv_role": '
         '"kv_both", "kv_connector_extra_config": {"eviction_policy": "arc"}}\''
-        if arc_ahead
+        if policy == "arc"
         else ""
     )
-    return [
-        Suggestion(
-            rule="cpu-tier",
-            title=f"A CPU tier of {tier_gib:.1f} GiB ({policy.upper()}) would win "
-            f"{gain * 100:.1f} points",
-            severity=severity_for_gain(gain),
-            evidence=evidence,
-            effect=(
-                f"token hit ratio {lru.token_hit_ratio:.1%} -> {chosen.token_hit_ratio:.1%} "
-                f"(+{gain * 100:.1f} points from the tier); net "
-                f"{price.compute_s - price.transfer_s:.2f} s of GPU time over this run, "
-                f"{price.net_ttft_ms:.1f} ms of TTFT per request on average (the transfer "
-                "counted in full, not overlapped)"
-            ),
-            action=(
-                f"vllm serve ... --kv-offloading-size {total_gib:.1f} "
-                f"--kv-offloading-backend native{arc_config} "
-                f"({tier_blocks:,} blocks of {block_size} tokens, "
-                f"{context.spec.describe()}; the size is summed over tensor-parallel ranks)"
-            ),
-            gain_tokens=gain * context.prompt_tokens,
-            figures={
-                "tier_blocks": tier_blocks,
-                "tier_gib": tier_gib,
-                "policy": policy,
-                "lru_token_hit_ratio": lru.token_hit_ratio,
-                "tier_token_hit_ratio": chosen.token_hit_ratio,
-                "tier_hit_blocks": chosen.tier_hit_blocks,
-                "transfer_s": price.transfer_s,
-                "compute_s": price.compute_s,
-                "pcie_gb_per_s": context.pcie_gb_per_s,
-            },
-            charts=[_tier_chart(context, tiers, lru, tier_gib)],
-        )
-    ]
+    return (
+        f"vllm serve ... --kv-offloading-size {total_gib:.1f} "
+        f"--kv-offloading-backend native{arc_config} "
+        f"({tier_blocks:,} blocks of {context.block_size} tokens, "
+        f"{context.spec.describe()}; the size is summed over tensor-parallel ranks)"
+    )
 
 
-def _tier_chart(
-    context: RunContext,
-    tiers: dict[tuple[int, str], PolicyResult],
-    lru: PolicyResult,
-    recommended_gib: float,
-) -> Chart:
+def _tier_chart(context: RunContext, replays: TierReplays, recommended_gib: float) -> Chart:
     """Token hit ratio (GPU and tier together) against the tier's size, one line per policy;
     0 GiB is the GPU pool alone."""
     sizes = [0.0] + [
@@ -181,8 +262,8 @@ def _tier_chart(
             Series(
                 policy.upper(),
                 sizes,
-                [lru.token_hit_ratio]
-                + [tiers[size, policy].token_hit_ratio for size in TIER_SIZES],
+                [replays.lru.token_hit_ratio]
+                + [replays.tiers[size, policy].token_hit_ratio for size in TIER_SIZES],
             )
             for policy in TIER_POLICIES
         ],

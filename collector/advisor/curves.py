@@ -44,14 +44,14 @@ def whatif_curves(context: RunContext) -> Chart:
                 series.append(_series(context, f"block size {block_size}", curve, max_gib))
     except NotApplicable:
         pass  # no recorded prompts: the run's own curve only
-    rows = sorted(context.whatif_rows, key=lambda row: (row["block_size"], row["num_blocks"]))
-    for block_size in sorted({row["block_size"] for row in rows}):
-        chosen = [row for row in rows if row["block_size"] == block_size]
+    rows = sorted(context.whatif_rows, key=lambda row: (row.block_size, row.num_blocks))
+    for block_size in sorted({row.block_size for row in rows}):
+        chosen = [row for row in rows if row.block_size == block_size]
         series.append(
             Series(
                 f"what-if replays, block size {block_size}",
-                [gib_for_blocks(context.spec, block_size, row["num_blocks"]) for row in chosen],
-                [row["token_hit_ratio"] for row in chosen],
+                [gib_for_blocks(context.spec, block_size, row.num_blocks) for row in chosen],
+                [row.token_hit_ratio for row in chosen],
             )
         )
     current_gib = gib_for_blocks(context.spec, context.block_size, context.num_blocks)

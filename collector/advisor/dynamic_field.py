@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.model.trace_request import TraceRequest
 from collector.queries.requests import mean_hit_tokens
-from collector.replay.traces import TraceRequest
 from collector.safe_text import code
 
 WINDOW = 16
@@ -131,44 +131,66 @@ def field_moved_after(request: TraceRequest, found: DynamicField) -> TraceReques
     return replace(request, token_ids=moved + tokens[shared_end:])
 
 
-def dynamic_field(context: RunContext) -> list[Suggestion]:
-    """One suggestion per family with a dynamic field."""
-    requests = context.requests
-    prompts = [request.token_ids or () for request in requests]
-    suggestions = []
-    for found in find_dynamic_fields(prompts):
-        suggestions.append(_suggestion(context, requests, found))
-    return suggestions
+@dataclass(frozen=True)
+class FieldCost:
+    """What a family's dynamic field costs: the prefix-hit tokens the run would gain with
+    the field moved after the stretch it precedes (one-pass curve at the run's pool), the
+    prompt tokens each member hits now on average, the tokens each could reuse without the
+    field in front, and the block-aligned tokens more that makes per request."""
+
+    label: str
+    members: int
+    gain_tokens: float
+    hits_now: float
+    reusable: int
+    per_request: int
 
 
-def _suggestion(
-    context: RunContext, requests: list[TraceRequest], found: DynamicField
-) -> Suggestion:
+def field_cost(context: RunContext, requests: list[TraceRequest], found: DynamicField) -> FieldCost:
     members = [requests[index] for index in found.members]
-    label = family_label([request.request_id for request in members])
     block_size, num_blocks = context.block_size, context.num_blocks
     moved = list(requests)
     for index in found.members:
         moved[index] = field_moved_after(requests[index], found)
     now = context.tokens_at(context.token_curve(block_size), num_blocks)
     after = context.tokens_at(context.prompts_curve(moved, block_size), num_blocks)
-    gain_tokens = max(after - now, 0.0)
-    width = found.end - found.start
     shared = found.start + found.agreement
-    hits_now = mean_hit_tokens(context.run, [request.request_id for request in members])
-    per_request = shared // block_size * block_size - found.start // block_size * block_size
+    return FieldCost(
+        label=family_label([request.request_id for request in members]),
+        members=len(members),
+        gain_tokens=max(after - now, 0.0),
+        hits_now=mean_hit_tokens(context.run, [request.request_id for request in members]),
+        reusable=shared // block_size * block_size,
+        per_request=shared // block_size * block_size - found.start // block_size * block_size,
+    )
+
+
+def dynamic_field(context: RunContext) -> list[Suggestion]:
+    """One suggestion per family with a dynamic field."""
+    requests = context.requests
+    prompts = [request.token_ids or () for request in requests]
+    return [
+        _suggestion(context, requests, found, field_cost(context, requests, found))
+        for found in find_dynamic_fields(prompts)
+    ]
+
+
+def _suggestion(
+    context: RunContext, requests: list[TraceRequest], found: DynamicField, cost: FieldCost
+) -> Suggestion:
+    width, label, gain_tokens = found.end - found.start, cost.label, cost.gain_tokens
     return Suggestion(
         rule="dynamic-field",
         title=f"{code(label)} prompts carry a dynamic field at token {found.start}",
         severity=severity_for_gain(context.share(gain_tokens)),
         evidence=[
-            f"{len(members)} requests ({code(label)}) agree on tokens 0-{found.start - 1}, "
+            f"{cost.members} requests ({code(label)}) agree on tokens 0-{found.start - 1}, "
             f"then differ for {width} tokens ({found.start}-{found.end - 1}: "
             f"{found.distinct_values} distinct values, a timestamp or an id), then agree again for "
             f"{found.agreement} tokens ({found.end}-{found.end + found.agreement - 1})",
-            f"they hit {hits_now:.0f} prompt tokens each on average; without the field "
-            f"in front, each could reuse {shared // block_size * block_size} "
-            f"(about {per_request} tokens more per request, recomputed now)",
+            f"they hit {cost.hits_now:.0f} prompt tokens each on average; without the field "
+            f"in front, each could reuse {cost.reusable} "
+            f"(about {cost.per_request} tokens more per request, recomputed now)",
         ],
         effect=(
             f"about {gain_tokens:,.0f} more prompt tokens served from the cache over this run "
@@ -183,11 +205,11 @@ def _suggestion(
         gain_tokens=gain_tokens,
         figures={
             "family": label,
-            "requests": len(members),
+            "requests": cost.members,
             "field_start": found.start,
             "field_tokens": width,
             "agreement_tokens": found.agreement,
-            "tokens_per_request": per_request,
+            "tokens_per_request": cost.per_request,
         },
         charts=[_agreement_chart(requests, found, label)],
     )

@@ -7,16 +7,18 @@ from typing import Any
 from collector.advisor.context import RunContext
 from collector.advisor.ranking import Advice
 from collector.queries.config import describe_source
+from collector.safe_text import code, markdown_text
 
 
 def run_line(context: RunContext) -> str:
-    """One line saying which run the advice is about."""
+    """One line of Markdown saying which run the advice is about (what the run names, its
+    source, hash and vLLM version, escaped)."""
     config, summary = context.config, context.summary
     return (
-        f"{describe_source(config)}: block size {context.block_size}, {_pools(context)}, "
-        f"{config['hash_algo']}, "
-        f"vLLM {config['vllm_version']}; {summary['requests']:,} requests, token hit ratio "
-        f"{summary['token_hit_ratio']:.1%}"
+        f"{markdown_text(describe_source(config), limit=None)}: block size "
+        f"{context.block_size}, {_pools(context)}, {code(config['hash_algo'])}, "
+        f"vLLM {code(config['vllm_version'])}; {summary['requests']:,} requests, token hit "
+        f"ratio {summary['token_hit_ratio']:.1%}"
     )
 
 
@@ -29,7 +31,7 @@ def _pools(context: RunContext) -> str:
 def to_markdown(advice: Advice, context: RunContext) -> str:
     """Ranked suggestions, each with evidence, effect and action; then every rule's check."""
     lines = [
-        f"# kvscope advice: {context.path.name}",
+        f"# kvscope advice: {code(context.path.name)}",
         "",
         run_line(context),
         "",

@@ -7,9 +7,11 @@ the pool queries judge each engine's pool, and the sizes are per engine.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from collector.advisor.cache_size import recommend_size
+from collector.advisor.cache_size import phrase_source, recommend_size
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.model.kv_memory import gib_for_blocks
@@ -22,59 +24,93 @@ REGRET_SHARE = 0.20  # of evictions stored again later
 MIN_REGRETS = 20
 
 
-def low_free_blocks(context: RunContext) -> list[Suggestion]:
-    """Fire when the pool ran under 10 % free for a long share of the run or a long stretch."""
+@dataclass(frozen=True)
+class LowFreeStretches:
+    """The stretches a run's pools spent under the alarm line of free blocks: their number,
+    their total and the longest (and when it began), against the run's time (each engine's
+    on a fleet)."""
+
+    stretches: int
+    span_s: float
+    total_s: float
+    longest_s: float
+    longest_start_s: float
+
+    @property
+    def share(self) -> float:
+        return self.total_s / self.span_s
+
+    @property
+    def long(self) -> bool:
+        """Long enough to fire: LONG_SHARE of the run's time in all, or one LONG_STRETCH_S."""
+        return self.share >= LONG_SHARE or self.longest_s >= LONG_STRETCH_S
+
+
+def low_free_stretches(context: RunContext) -> LowFreeStretches | None:
+    """The run's stretches under the alarm line; None if it never went under."""
     periods = pool.low_free_periods(context.run)
     if periods.empty:
-        return []
+        return None
     start_ns, end_ns = time_span_ns(context.run)
-    # A fleet's stretches are each engine's own: their share is of all engines' time.
-    span_s = max((end_ns - start_ns) / 1e9, 1e-9) * context.num_engines
-    seconds = "s" if context.num_engines == 1 else "engine-seconds"
     durations = periods["end_s"] - periods["start_s"]
-    total_s, longest_s = float(durations.sum()), float(durations.max())
-    if total_s / span_s < LONG_SHARE and longest_s < LONG_STRETCH_S:
-        return []
-    extremes = pool.free_block_extremes(context.run)
     longest = periods.iloc[int(durations.to_numpy().argmax())]
+    return LowFreeStretches(
+        stretches=len(periods),
+        # A fleet's stretches are each engine's own: their share is of all engines' time.
+        span_s=max((end_ns - start_ns) / 1e9, 1e-9) * context.num_engines,
+        total_s=float(durations.sum()),
+        longest_s=float(durations.max()),
+        longest_start_s=float(longest["start_s"]),
+    )
+
+
+def low_free_blocks(context: RunContext) -> list[Suggestion]:
+    """Fire when the pool ran under 10 % free for a long share of the run or a long stretch."""
+    found = low_free_stretches(context)
+    if found is None or not found.long:
+        return []
+    return [_low_free(context, found)]
+
+
+def _low_free(context: RunContext, found: LowFreeStretches) -> Suggestion:
+    seconds = "s" if context.num_engines == 1 else "engine-seconds"
+    extremes = pool.free_block_extremes(context.run)
     seqs = context.config["max_num_seqs"]
     target = max(recommend_size(context).num_blocks, context.num_blocks * 3 // 2)
     extra_gib = gib_for_blocks(context.spec, context.block_size, target - context.num_blocks)
-    return [
-        Suggestion(
-            rule="low-free-blocks",
-            title="The pool runs under 10 % free blocks for long stretches",
-            severity="high" if context.summary["preemptions"] else "medium",
-            evidence=[
-                f"{total_s:.1f} {seconds} of {span_s:.1f} {seconds} ({total_s / span_s:.0%}) under "
-                f"{pool.LOW_FREE_FRACTION:.0%} free, in {len(periods)} stretches; the longest "
-                f"lasted {longest_s:.1f} s (from {longest['start_s']:.1f} s)",
-                f"fewest free blocks: {extremes['min_free_blocks']:,} of "
-                f"{extremes['usable_blocks']:,}{context.per_engine}; "
-                f"{context.summary['preemptions']:,} preemptions, "
-                f"{context.summary['evictions']:,} evictions in the run",
-            ],
-            effect=(
-                "running requests stop pushing out cached prefixes and stop being preempted "
-                f"(recomputed from scratch); with {target:,} blocks{context.per_engine} the "
-                "one-pass curve gives "
-                f"{context.curve.token_hit_ratio(target):.1%} token hit ratio against "
-                f"{context.curve.token_hit_ratio(context.num_blocks):.1%} now"
-            ),
-            action=(
-                f"`--num-gpu-blocks-override {target}` (+{extra_gib:.1f} GiB), or fewer "
-                f"requests at once: `--max-num-seqs {max((seqs or 2) // 2, 1)}`"
-                + context.on_each_engine
-            ),
-            figures={
-                "seconds_under_alarm": round(total_s, 3),
-                "share_under_alarm": total_s / span_s,
-                "longest_stretch_s": round(longest_s, 3),
-                "stretches": len(periods),
-                **extremes,
-            },
-        )
-    ]
+    return Suggestion(
+        rule="low-free-blocks",
+        title="The pool runs under 10 % free blocks for long stretches",
+        severity="high" if context.summary["preemptions"] else "medium",
+        evidence=[
+            f"{found.total_s:.1f} {seconds} of {found.span_s:.1f} {seconds} ({found.share:.0%}) "
+            f"under {pool.LOW_FREE_FRACTION:.0%} free, in {found.stretches} stretches; the "
+            f"longest lasted {found.longest_s:.1f} s (from {found.longest_start_s:.1f} s)",
+            f"fewest free blocks: {extremes['min_free_blocks']:,} of "
+            f"{extremes['usable_blocks']:,}{context.per_engine}; "
+            f"{context.summary['preemptions']:,} preemptions, "
+            f"{context.summary['evictions']:,} evictions in the run",
+        ],
+        effect=(
+            "running requests stop pushing out cached prefixes and stop being preempted "
+            f"(recomputed from scratch); with {target:,} blocks{context.per_engine} the "
+            "one-pass curve gives "
+            f"{context.curve.token_hit_ratio(target):.1%} token hit ratio against "
+            f"{context.curve.token_hit_ratio(context.num_blocks):.1%} now"
+        ),
+        action=(
+            f"`--num-gpu-blocks-override {target}` (+{extra_gib:.1f} GiB), or fewer "
+            f"requests at once: `--max-num-seqs {max((seqs or 2) // 2, 1)}`"
+            + context.on_each_engine
+        ),
+        figures={
+            "seconds_under_alarm": round(found.total_s, 3),
+            "share_under_alarm": found.share,
+            "longest_stretch_s": round(found.longest_s, 3),
+            "stretches": found.stretches,
+            **extremes,
+        },
+    )
 
 
 def eviction_regret(context: RunContext) -> list[Suggestion]:
@@ -107,7 +143,7 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
             effect=(
                 f"with {target:,} blocks{context.per_engine} the regretted blocks mostly stay: "
                 "token hit ratio "
-                f"{before:.1%} -> {after:.1%}, per the {recommendation.source}"
+                f"{before:.1%} -> {after:.1%}, per the {phrase_source(recommendation)}"
             ),
             action=f"`--num-gpu-blocks-override {target}`" + context.on_each_engine,
             gain_tokens=gain * context.prompt_tokens,

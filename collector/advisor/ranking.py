@@ -7,20 +7,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from collector.advisor import (
-    block_size,
-    cache_policy,
-    cache_size,
-    cpu_tier,
-    dynamic_field,
-    hash_algo,
-    lora,
-    pool_pressure,
-    routing,
-    tenant_isolation,
-    warming,
-)
+from collector.advisor.block_size import block_size
+from collector.advisor.cache_policy import cache_policy
+from collector.advisor.cache_size import cache_size
 from collector.advisor.context import RunContext
+from collector.advisor.cpu_tier import cpu_tier
+from collector.advisor.dynamic_field import dynamic_field
+from collector.advisor.hash_algo import hash_algorithm
+from collector.advisor.lora import lora_split
+from collector.advisor.pool_pressure import eviction_regret, low_free_blocks
+from collector.advisor.routing import routing
 from collector.advisor.suggestion import (
     SEVERITIES,
     NotApplicable,
@@ -28,23 +24,25 @@ from collector.advisor.suggestion import (
     RuleOutcome,
     Suggestion,
 )
+from collector.advisor.tenant_isolation import per_request_salts, shared_across_tenants
+from collector.advisor.warming import warming
 
 Rule = Callable[[RunContext], list[Suggestion]]
 
 RULES: tuple[tuple[str, Rule], ...] = (
-    ("cache-size", cache_size.cache_size),
-    ("low-free-blocks", pool_pressure.low_free_blocks),
-    ("eviction-regret", pool_pressure.eviction_regret),
-    ("block-size", block_size.block_size),
-    ("dynamic-field", dynamic_field.dynamic_field),
-    ("per-request-salt", tenant_isolation.per_request_salts),
-    ("cross-tenant-sharing", tenant_isolation.shared_across_tenants),
-    ("hash-algorithm", hash_algo.hash_algorithm),
-    ("lora-split", lora.lora_split),
-    ("warm-prefix", warming.warming),
-    ("cache-policy", cache_policy.cache_policy),
-    ("cpu-tier", cpu_tier.cpu_tier),
-    ("routing", routing.routing),
+    ("cache-size", cache_size),
+    ("low-free-blocks", low_free_blocks),
+    ("eviction-regret", eviction_regret),
+    ("block-size", block_size),
+    ("dynamic-field", dynamic_field),
+    ("per-request-salt", per_request_salts),
+    ("cross-tenant-sharing", shared_across_tenants),
+    ("hash-algorithm", hash_algorithm),
+    ("lora-split", lora_split),
+    ("warm-prefix", warming),
+    ("cache-policy", cache_policy),
+    ("cpu-tier", cpu_tier),
+    ("routing", routing),
 )
 
 

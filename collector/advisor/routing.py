@@ -27,7 +27,9 @@ from collector.advisor.suggestion import (
 )
 from collector.model.kv_memory import gib_for_blocks
 from collector.queries import fleet
-from collector.replay.block_manager import VllmUnavailable
+from collector.queries.fleet import DuplicationSummary
+from collector.replay.block_manager import CacheSettings, VllmUnavailable
+from collector.replay.replayer import ReplayOptions, replay_requests
 from collector.store.run_file import RunFile, StoreError
 
 MIN_ROUTING_GAIN = 0.02  # of token hit ratio: 2 points
@@ -43,6 +45,31 @@ class RoutedReplay:
     token_hit_ratio: float
     busiest_requests: int
     busiest_over_mean: float
+
+
+@dataclass(frozen=True)
+class RouterComparison:
+    """The run replayed across its engines behind round-robin and behind prefix-affinity."""
+
+    num_engines: int
+    round_robin: RoutedReplay
+    affinity: RoutedReplay
+
+    @property
+    def gain(self) -> float:
+        """Points of token hit ratio prefix-affinity wins over round-robin."""
+        return self.affinity.token_hit_ratio - self.round_robin.token_hit_ratio
+
+
+@dataclass(frozen=True)
+class MeasuredFleet:
+    """What the run's own fleet measured: its busiest engine's requests (and against the
+    mean), and the blocks cached on more than one engine at once."""
+
+    busiest_requests: int
+    busiest_over_mean: float
+    mean_requests: float
+    duplication: DuplicationSummary
 
 
 def routing(context: RunContext) -> list[Suggestion]:
@@ -62,23 +89,27 @@ def routing(context: RunContext) -> list[Suggestion]:
             f"with --engines {num_engines} and each --router)"
         )
     replays = fleet_replays(context, num_engines)
-    round_robin, affinity = replays["round-robin"], replays["prefix-affinity"]
-    gain = affinity.token_hit_ratio - round_robin.token_hit_ratio
-    if gain < MIN_ROUTING_GAIN:
-        raise NothingToWin(
-            f"replayed across {num_engines} engines of {context.num_blocks:,} blocks, "
-            f"prefix-affinity routing hits {affinity.token_hit_ratio:.1%} of prompt tokens and "
-            f"round-robin {round_robin.token_hit_ratio:.1%}: {gain * 100:.1f} points (under "
-            f"{MIN_ROUTING_GAIN * 100:.0f}), so where a request lands barely changes what it hits"
-        )
-    return [_suggestion(context, num_engines, round_robin, affinity)]
+    compared = RouterComparison(num_engines, replays["round-robin"], replays["prefix-affinity"])
+    if compared.gain < MIN_ROUTING_GAIN:
+        raise NothingToWin(_too_little(context, compared))
+    return [_suggestion(context, compared, measure_fleet(context, num_engines))]
+
+
+def measure_fleet(context: RunContext, num_engines: int) -> MeasuredFleet:
+    """The run's own fleet: its engines' load, and its blocks cached on several at once."""
+    gib_per_block = gib_for_blocks(context.spec, context.block_size, 1)
+    duplication = fleet.duplication_summary(context.run, gib_per_block)
+    measured = fleet.fleet_engines(context.run)
+    return MeasuredFleet(
+        busiest_requests=int(measured["requests"].max()),
+        busiest_over_mean=fleet.load_imbalance(measured)["requests"],
+        mean_requests=context.summary["requests"] / num_engines,
+        duplication=duplication,
+    )
 
 
 def fleet_replays(context: RunContext, num_engines: int) -> dict[str, RoutedReplay]:
     """The run's requests replayed across `num_engines` engines behind each compared router."""
-    from collector.replay.block_manager import CacheSettings
-    from collector.replay.replayer import ReplayOptions, replay_requests
-
     config = context.config
     settings = CacheSettings(context.block_size, context.num_blocks, config["hash_algo"])
     replays = {}
@@ -108,45 +139,31 @@ def fleet_replays(context: RunContext, num_engines: int) -> dict[str, RoutedRepl
     return replays
 
 
+def _too_little(context: RunContext, compared: RouterComparison) -> str:
+    return (
+        f"replayed across {compared.num_engines} engines of {context.num_blocks:,} blocks, "
+        f"prefix-affinity routing hits {compared.affinity.token_hit_ratio:.1%} of prompt "
+        f"tokens and round-robin {compared.round_robin.token_hit_ratio:.1%}: "
+        f"{compared.gain * 100:.1f} points (under {MIN_ROUTING_GAIN * 100:.0f}), so where a "
+        "request lands barely changes what it hits"
+    )
+
+
 def _suggestion(
-    context: RunContext, num_engines: int, round_robin: RoutedReplay, affinity: RoutedReplay
+    context: RunContext, compared: RouterComparison, measured: MeasuredFleet
 ) -> Suggestion:
-    gain = affinity.token_hit_ratio - round_robin.token_hit_ratio
-    gib_per_block = gib_for_blocks(context.spec, context.block_size, 1)
-    duplication = fleet.duplication_summary(context.run, gib_per_block)
-    measured = fleet.fleet_engines(context.run)
-    measured_busiest = fleet.load_imbalance(measured)["requests"]
-    mean_requests = context.summary["requests"] / num_engines
-    evidence = [
-        f"the run's requests replayed across {num_engines} engines of {context.num_blocks:,} "
-        f"blocks each, one request at a time: round-robin {round_robin.token_hit_ratio:.1%} "
-        f"token hit ratio, prefix-affinity {affinity.token_hit_ratio:.1%}",
-        f"measured on this run's fleet: {context.summary['token_hit_ratio']:.1%} token hit "
-        f"ratio; its busiest engine took {int(measured['requests'].max()):,} requests "
-        f"({measured_busiest:.2f}x the mean)",
-        f"blocks cached on more than one engine at once (extra copies): "
-        f"{duplication['peak_duplicated_blocks']:,} at the peak "
-        f"({duplication['peak_duplicated_gib']:.2f} GiB, {duplication['peak_share']:.0%} of "
-        f"the fleet's cached blocks then), {duplication['mean_duplicated_blocks']:,.1f} on "
-        f"average ({duplication['mean_duplicated_gib']:.2f} GiB, {context.spec.describe()})",
-        f"load on the busiest engine: round-robin {round_robin.busiest_requests:,} requests "
-        f"({round_robin.busiest_over_mean:.2f}x the mean of {mean_requests:,.1f}), "
-        f"prefix-affinity {affinity.busiest_requests:,} ({affinity.busiest_over_mean:.2f}x): "
-        + (
-            "routing by prefix piles a hot family onto one engine here"
-            if affinity.busiest_over_mean > round_robin.busiest_over_mean
-            else "routing by prefix makes no hot spot here"
-        ),
-    ]
+    round_robin, affinity, gain = compared.round_robin, compared.affinity, compared.gain
+    duplication = measured.duplication
     return Suggestion(
         rule="routing",
         title=f"Prefix-aware routing would win {gain * 100:.1f} points over round-robin",
         severity=severity_for_gain(gain),
-        evidence=evidence,
+        evidence=_evidence(context, compared, measured),
         effect=(
             f"token hit ratio {round_robin.token_hit_ratio:.1%} -> "
-            f"{affinity.token_hit_ratio:.1%} (+{gain * 100:.1f} points) across {num_engines} "
-            "engines, per fleet replays one request at a time (no overlap, no queueing)"
+            f"{affinity.token_hit_ratio:.1%} (+{gain * 100:.1f} points) across "
+            f"{compared.num_engines} engines, per fleet replays one request at a time (no "
+            "overlap, no queueing)"
         ),
         action=(
             "route requests to the engine that holds their prefix: llm-d's precise "
@@ -156,7 +173,7 @@ def _suggestion(
         ),
         gain_tokens=gain * context.prompt_tokens,
         figures={
-            "num_engines": num_engines,
+            "num_engines": compared.num_engines,
             "round_robin_token_hit_ratio": round_robin.token_hit_ratio,
             "prefix_affinity_token_hit_ratio": affinity.token_hit_ratio,
             "measured_token_hit_ratio": float(context.summary["token_hit_ratio"]),
@@ -170,3 +187,33 @@ def _suggestion(
             "mean_duplicated_gib": duplication["mean_duplicated_gib"],
         },
     )
+
+
+def _evidence(
+    context: RunContext, compared: RouterComparison, measured: MeasuredFleet
+) -> list[str]:
+    round_robin, affinity = compared.round_robin, compared.affinity
+    duplication = measured.duplication
+    hot_spot = (
+        "routing by prefix piles a hot family onto one engine here"
+        if affinity.busiest_over_mean > round_robin.busiest_over_mean
+        else "routing by prefix makes no hot spot here"
+    )
+    return [
+        f"the run's requests replayed across {compared.num_engines} engines of "
+        f"{context.num_blocks:,} blocks each, one request at a time: round-robin "
+        f"{round_robin.token_hit_ratio:.1%} token hit ratio, prefix-affinity "
+        f"{affinity.token_hit_ratio:.1%}",
+        f"measured on this run's fleet: {context.summary['token_hit_ratio']:.1%} token hit "
+        f"ratio; its busiest engine took {measured.busiest_requests:,} requests "
+        f"({measured.busiest_over_mean:.2f}x the mean)",
+        f"blocks cached on more than one engine at once (extra copies): "
+        f"{duplication['peak_duplicated_blocks']:,} at the peak "
+        f"({duplication['peak_duplicated_gib']:.2f} GiB, {duplication['peak_share']:.0%} of "
+        f"the fleet's cached blocks then), {duplication['mean_duplicated_blocks']:,.1f} on "
+        f"average ({duplication['mean_duplicated_gib']:.2f} GiB, {context.spec.describe()})",
+        f"load on the busiest engine: round-robin {round_robin.busiest_requests:,} requests "
+        f"({round_robin.busiest_over_mean:.2f}x the mean of {measured.mean_requests:,.1f}), "
+        f"prefix-affinity {affinity.busiest_requests:,} ({affinity.busiest_over_mean:.2f}x): "
+        + hot_spot,
+    ]

@@ -17,15 +17,18 @@ tests/test_advisor_scheduler_check.py).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collector.advisor.context import RunContext
+from collector.advisor.scheduler_ratios import SchedulerCheck
+from collector.model.step_model import StepModel
 from collector.queries.summary import hit_ratio
+from collector.replay.block_manager import CacheSettings, VllmUnavailable, require_vllm
+from collector.replay.replayer import ReplayOptions, replay_requests
 from collector.store.run_file import StoreError
 
 if TYPE_CHECKING:
-    from collector.advisor.context import RunContext
     from collector.replay.replayer import ReplayOptions
 
 # Two replays of 2 M prompt tokens (the sample run's requests four times over) take about
@@ -35,13 +38,12 @@ SECRET = b"kvscope-advisor"  # keys the replays' pseudonyms only: no ratio depen
 NOT_CHECKED = "the curve's figures are not checked through vLLM's Scheduler"
 
 
-@dataclass(frozen=True)
-class SchedulerCheck:
-    """Token hit ratios of the run's requests replayed through vLLM's Scheduler, by pool
-    size; none, and `skipped` saying why, where the run cannot or need not be replayed."""
-
-    ratios: dict[int, float] = field(default_factory=dict)
-    skipped: str = ""
+def scheduler_check(context: RunContext, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
+    """The run's requests replayed through vLLM's Scheduler at `pool_sizes` (or why not),
+    replayed once for every rule that asks (the context keeps the checks)."""
+    if pool_sizes not in context.scheduler_checks:
+        context.scheduler_checks[pool_sizes] = check_pools(context, pool_sizes)
+    return context.scheduler_checks[pool_sizes]
 
 
 def check_pools(context: RunContext, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
@@ -59,8 +61,6 @@ def check_pools(context: RunContext, pool_sizes: tuple[int, ...]) -> SchedulerCh
 
 def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> str:
     """Why the run's pools are not replayed through vLLM's Scheduler; "" when they are."""
-    from collector.replay.block_manager import VllmUnavailable, require_vllm
-
     if context.config["max_num_seqs"] == 1:
         return "the one-pass curve is exact for this run, which ran one request at a time"
     if not context.has_token_ids:
@@ -86,8 +86,6 @@ def scheduler_ratio(context: RunContext, num_blocks: int) -> float:
     arrival times, with `num_blocks` and the run's other settings. On a fleet, each engine's
     own requests go through a Scheduler of their own (a pool of `num_blocks` each), as the
     run placed them; their hit and prompt tokens are summed."""
-    from collector.replay.replayer import replay_requests
-
     if num_blocks == context.num_blocks and _replayed_so(context):
         return float(context.summary["token_hit_ratio"])
     requests = context.requests
@@ -114,32 +112,24 @@ def _replayed_so(context: RunContext) -> bool:
     return (
         config["source"] == "replay"
         and config["timing"] == "scheduler"
-        and not context.options.get("cpu_tier")
+        and not context.options.cpu_tier
     )
 
 
 def replay_options(context: RunContext, num_blocks: int) -> ReplayOptions:
     """The run's own cache and scheduler settings at `num_blocks`, in the Scheduler's timing;
     ReplayOptions' defaults for what the run did not record (a live capture records less)."""
-    from collector.replay.block_manager import CacheSettings
-    from collector.replay.replayer import ReplayOptions
-    from collector.replay.simulator import StepModel
-
     config, defaults, recorded = context.config, ReplayOptions(), context.options
-    step = recorded.get("step_model") or {}
     return ReplayOptions(
         settings=CacheSettings(
             config["block_size"],
             num_blocks,
             config["hash_algo"],
-            recorded.get("kv_layout") or defaults.settings.kv_layout,
+            recorded.kv_layout or defaults.settings.kv_layout,
         ),
         timing="scheduler",
         max_num_seqs=config["max_num_seqs"] or defaults.max_num_seqs,
-        max_num_batched_tokens=recorded.get("max_num_batched_tokens")
-        or defaults.max_num_batched_tokens,
-        max_loras=recorded.get("max_loras") or defaults.max_loras,
-        step_model=StepModel(
-            **{known.name: step[known.name] for known in fields(StepModel) if known.name in step}
-        ),
+        max_num_batched_tokens=recorded.max_num_batched_tokens or defaults.max_num_batched_tokens,
+        max_loras=recorded.max_loras or defaults.max_loras,
+        step_model=recorded.step_model or StepModel(),
     )

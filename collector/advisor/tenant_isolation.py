@@ -9,10 +9,12 @@ whether another tenant sent a prompt (a cross-tenant side channel).
 
 from __future__ import annotations
 
+import pandas as pd
+
 from collector.advisor.context import RunContext
 from collector.advisor.suggestion import Chart, NotApplicable, Series, Suggestion
+from collector.model.trace_request import TraceRequest
 from collector.queries.tenants import cross_tenant_readers, salt_usage
-from collector.replay.traces import TraceRequest
 from collector.safe_text import code, shown
 
 MIN_SALTED_REQUESTS = 5
@@ -90,56 +92,61 @@ def shared_across_tenants(context: RunContext) -> list[Suggestion]:
     shared = cross_tenant_readers(context.run)
     if shared.empty:
         return []
+    return [_shared_blocks(context, shared)]
+
+
+def _shared_blocks(context: RunContext, shared: pd.DataFrame) -> Suggestion:
     blocks = int(shared["blocks"].sum())
+    lost_tokens = blocks * context.block_size
+    return Suggestion(
+        rule="cross-tenant-sharing",
+        title="Tenants share cached blocks: a cross-tenant side channel",
+        severity="high",
+        evidence=_sharing_evidence(shared, blocks),
+        effect=(
+            "tenants are isolated; the cross-tenant hits are lost: about "
+            f"{lost_tokens:,} prompt tokens over this run "
+            f"({context.share(lost_tokens) * 100:.1f} points of token hit ratio)"
+        ),
+        action=(
+            "give every tenant its own secret `cache_salt` (request field), used for all "
+            "of its requests"
+        ),
+        figures={
+            "cross_tenant_block_hits": blocks,
+            "lost_tokens": lost_tokens,
+            "pairs": shared.to_dict("records"),
+        },
+        charts=[_sharing_chart(shared)],
+    )
+
+
+def _sharing_evidence(shared: pd.DataFrame, blocks: int) -> list[str]:
     unsalted = shared[shared["salt_hash"].isna()]
     pairs = [
         f"{code(row.reader)} hit {row.blocks:,} blocks stored by {code(row.writer)} "
         f"({row.requests:,} requests, {'no salt' if row.salt_hash is None else 'a shared salt'})"
         for row in shared.head(5).itertuples()
     ]
-    lost_tokens = blocks * context.block_size
     return [
-        Suggestion(
-            rule="cross-tenant-sharing",
-            title="Tenants share cached blocks: a cross-tenant side channel",
-            severity="high",
-            evidence=[
-                f"{blocks:,} block hits crossed tenants "
-                f"({int(unsalted['blocks'].sum()):,} of them without any cache salt)",
-                *pairs,
-                "a tenant that gets a fast first token knows another tenant sent that prefix",
-            ],
-            effect=(
-                "tenants are isolated; the cross-tenant hits are lost: about "
-                f"{lost_tokens:,} prompt tokens over this run "
-                f"({context.share(lost_tokens) * 100:.1f} points of token hit ratio)"
-            ),
-            action=(
-                "give every tenant its own secret `cache_salt` (request field), used for all "
-                "of its requests"
-            ),
-            figures={
-                "cross_tenant_block_hits": blocks,
-                "lost_tokens": lost_tokens,
-                "pairs": shared.to_dict("records"),
-            },
-            charts=[
-                Chart(
-                    kind="bar",
-                    title="Block hits on another tenant's blocks",
-                    x_title="reader <- writer",
-                    y_title="block hits",
-                    series=[
-                        Series(
-                            "block hits",
-                            [
-                                f"{shown(row.reader)} <- {shown(row.writer)}"
-                                for row in shared.itertuples()
-                            ],
-                            shared["blocks"].astype(float).tolist(),
-                        )
-                    ],
-                )
-            ],
-        )
+        f"{blocks:,} block hits crossed tenants "
+        f"({int(unsalted['blocks'].sum()):,} of them without any cache salt)",
+        *pairs,
+        "a tenant that gets a fast first token knows another tenant sent that prefix",
     ]
+
+
+def _sharing_chart(shared: pd.DataFrame) -> Chart:
+    return Chart(
+        kind="bar",
+        title="Block hits on another tenant's blocks",
+        x_title="reader <- writer",
+        y_title="block hits",
+        series=[
+            Series(
+                "block hits",
+                [f"{shown(row.reader)} <- {shown(row.writer)}" for row in shared.itertuples()],
+                shared["blocks"].astype(float).tolist(),
+            )
+        ],
+    )

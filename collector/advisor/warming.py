@@ -42,6 +42,21 @@ class HotPrefix:
     prefix_tokens: int
     usual_gap_s: float
 
+    @property
+    def idle_tokens(self) -> int:
+        """Prompt tokens recomputed after its idle spells."""
+        return self.idle_misses * self.prefix_tokens
+
+
+@dataclass(frozen=True)
+class WarmPlan:
+    """A prefix to keep warm: how long it survives idle (median from its last use to its
+    eviction; 0 where its evictions were not recorded), and how often to warm it."""
+
+    prefix: HotPrefix
+    survival_s: float
+    interval_s: float
+
 
 def hot_prefixes_missing_after_idle(references: pd.DataFrame) -> list[HotPrefix]:
     """Hot first blocks with at least MIN_IDLE_MISSES misses after long idle gaps, from
@@ -71,7 +86,7 @@ def hot_prefixes_missing_after_idle(references: pd.DataFrame) -> list[HotPrefix]
                 usual_gap_s=usual,
             )
         )
-    return sorted(found, key=lambda prefix: prefix.idle_misses * prefix.prefix_tokens, reverse=True)
+    return sorted(found, key=lambda prefix: prefix.idle_tokens, reverse=True)
 
 
 def warming(context: RunContext) -> list[Suggestion]:
@@ -80,64 +95,16 @@ def warming(context: RunContext) -> list[Suggestion]:
     candidates = [
         prefix
         for prefix in hot_prefixes_missing_after_idle(references)
-        if context.share(prefix.idle_misses * prefix.prefix_tokens) >= MIN_SHARE
+        if context.share(prefix.idle_tokens) >= MIN_SHARE
     ]
     if not candidates:
         return []
-    plans = _plans(context, references, candidates)
-    top = candidates[0]
-    saved = sum(prefix.idle_misses * prefix.prefix_tokens for prefix in candidates)
-    title = (
-        f"Keep the hot `{top.label}` prefix warm"
-        if len(candidates) == 1
-        else f"Keep {len(candidates)} hot prefixes warm"
-    )
-    shown = plans[:SHOWN]
-    more = [f"and {len(plans) - SHOWN} more"] if len(plans) > SHOWN else []
-    return [
-        Suggestion(
-            rule="warm-prefix",
-            title=title,
-            severity=severity_for_gain(context.share(saved)),
-            evidence=[_evidence_line(prefix, survival_s) for prefix, survival_s, _ in shown] + more,
-            effect=(
-                f"about {saved:,} prompt tokens not recomputed over this run "
-                f"(+{context.share(saved) * 100:.1f} points of token hit ratio), for one "
-                "one-token request per interval while a prefix is idle; warming keeps these "
-                "blocks cached at the expense of colder ones, which this estimate does not count"
-            ),
-            action="; ".join(
-                f"while no request with prefix {prefix.block_hash:#018x} (`{prefix.label}`) "
-                f"arrives, send its first {prefix.prefix_tokens} tokens with `max_tokens=1` "
-                f"every {interval_s:.1f} s"
-                for prefix, _, interval_s in shown
-            )
-            + " (same adapter and cache_salt as the real requests)",
-            gain_tokens=float(saved),
-            figures={
-                "prefixes": [
-                    {
-                        "block_hash": prefix.block_hash,
-                        "label": prefix.label,
-                        "idle_misses": prefix.idle_misses,
-                        "prefix_tokens": prefix.prefix_tokens,
-                        "warm_interval_s": round(interval_s, 3),
-                    }
-                    for prefix, _, interval_s in plans
-                ]
-            },
-            charts=[
-                _uses_chart(
-                    context, references[references["block_hash"] == top.block_hash], top.label
-                )
-            ],
-        )
-    ]
+    return [_suggestion(context, references, _plans(context, references, candidates))]
 
 
 def _plans(
     context: RunContext, references: pd.DataFrame, candidates: list[HotPrefix]
-) -> list[tuple[HotPrefix, float, float]]:
+) -> list[WarmPlan]:
     """Per prefix: how long it survives idle, and how often to warm it (half of that, but
     never more often than it is used anyway)."""
     plans = []
@@ -145,8 +112,52 @@ def _plans(
         uses = references[references["block_hash"] == prefix.block_hash]
         survival_s = _idle_survival_s(context, prefix.block_hash, uses)
         interval_s = max(survival_s / 2, prefix.usual_gap_s) if survival_s else prefix.usual_gap_s
-        plans.append((prefix, survival_s, interval_s))
+        plans.append(WarmPlan(prefix, survival_s, interval_s))
     return plans
+
+
+def _suggestion(context: RunContext, references: pd.DataFrame, plans: list[WarmPlan]) -> Suggestion:
+    top = plans[0].prefix
+    saved = sum(plan.prefix.idle_tokens for plan in plans)
+    shown = plans[:SHOWN]
+    more = [f"and {len(plans) - SHOWN} more"] if len(plans) > SHOWN else []
+    return Suggestion(
+        rule="warm-prefix",
+        title=f"Keep the hot `{top.label}` prefix warm"
+        if len(plans) == 1
+        else f"Keep {len(plans)} hot prefixes warm",
+        severity=severity_for_gain(context.share(saved)),
+        evidence=[_evidence_line(plan.prefix, plan.survival_s) for plan in shown] + more,
+        effect=(
+            f"about {saved:,} prompt tokens not recomputed over this run "
+            f"(+{context.share(saved) * 100:.1f} points of token hit ratio), for one "
+            "one-token request per interval while a prefix is idle; warming keeps these "
+            "blocks cached at the expense of colder ones, which this estimate does not count"
+        ),
+        action="; ".join(
+            f"while no request with prefix {plan.prefix.block_hash:#018x} "
+            f"(`{plan.prefix.label}`) arrives, send its first {plan.prefix.prefix_tokens} "
+            f"tokens with `max_tokens=1` every {plan.interval_s:.1f} s"
+            for plan in shown
+        )
+        + " (same adapter and cache_salt as the real requests)",
+        gain_tokens=float(saved),
+        figures={
+            "prefixes": [
+                {
+                    "block_hash": plan.prefix.block_hash,
+                    "label": plan.prefix.label,
+                    "idle_misses": plan.prefix.idle_misses,
+                    "prefix_tokens": plan.prefix.prefix_tokens,
+                    "warm_interval_s": round(plan.interval_s, 3),
+                }
+                for plan in plans
+            ]
+        },
+        charts=[
+            _uses_chart(context, references[references["block_hash"] == top.block_hash], top.label)
+        ],
+    )
 
 
 def _evidence_line(prefix: HotPrefix, survival_s: float) -> str:

@@ -7,15 +7,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collector.advisor import RunContext, advise
 from collector.advisor.context import PCIE_GB_PER_S
+from collector.advisor.formats import to_document, to_markdown
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+from collector.replay.whatif import read_results
+from collector.store.run_file import RunStore
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "advise", help="ranked suggestions for a run: evidence, predicted effect, exact setting"
     )
-    parser.add_argument("run", type=Path, help="run file (.duckdb)")
+    parser.add_argument("run", type=Path, help="run file (.duckdb) or Parquet dataset")
     parser.add_argument(
         "--whatif", type=Path, help="a `kvscope whatif` output folder to take the sweep from"
     )
@@ -32,12 +36,7 @@ def register(commands: Any) -> None:
 
 
 def _run_advise(args: argparse.Namespace) -> int:
-    from collector.advisor import RunContext, advise
-    from collector.advisor.formats import to_document, to_markdown
-    from collector.replay.whatif import read_results
-    from collector.store.run_file import RunStore
-
-    whatif = read_results(args.whatif) if args.whatif else None
+    whatif = read_results(args.whatif).results if args.whatif else []
     store = RunStore.open(args.run)
     try:
         context = RunContext(

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from collector.commands.number_list import number_list
+from collector.live.step_cost import CompletionsClient, fit_step_model, measure
+from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 
 def register(commands: Any) -> None:
-    from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
-
     parser = commands.add_parser(
         "calibrate",
         help="measure a running vLLM server's step cost (--step-ms and the per-token times "
@@ -49,10 +50,6 @@ def register(commands: Any) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from collector.live.step_cost import CompletionsClient, fit_step_model, measure
-
     for name in ("max_num_batched_tokens", "decode_tokens", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")

@@ -7,12 +7,23 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from collector.live.exporter import serve_metrics
+from collector.live.limits import LimitError, Limits
+from collector.live.live_state import LiveState
+from collector.live.receiver import MEMORY_LIMIT, Receiver
+from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
+from collector.store.run_file import RunConfig
+from engine_hooks.endpoint import EndpointError, default_endpoint, engine_token
+
+if TYPE_CHECKING:
+    from collector.live.live_state import LiveState
+    from collector.live.receiver import Receiver, ReceiverStats
+    from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
 
 
 def register(commands: Any) -> None:
-    from engine_hooks.endpoint import default_endpoint
-
     parser = commands.add_parser(
         "collect", help="receive block events from engines running kvscope's plugin"
     )
@@ -21,7 +32,7 @@ def register(commands: Any) -> None:
         "--endpoint",
         default=default_endpoint(),
         help="where engines send (KVSCOPE_ENDPOINT): ipc://PATH in a folder only you can use "
-        "(default), or tcp://127.0.0.1:PORT",
+        "(default), or tcp://127.0.0.1:PORT with KVSCOPE_TOKEN set here and on the engines",
     )
     parser.add_argument(
         "--live-interval", type=float, default=5.0, help="seconds between live copies"
@@ -38,6 +49,12 @@ def register(commands: Any) -> None:
         help="listen on an address other machines reach (tcp://HOST:PORT); engines must then "
         "present the token in KVSCOPE_TOKEN, set for the collector too",
     )
+    _add_vllm_kv_options(parser)
+    _add_run_options(parser)
+    parser.set_defaults(handler=_run_collect)
+
+
+def _add_vllm_kv_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vllm-kv-events",
         metavar="ENDPOINT",
@@ -50,6 +67,9 @@ def register(commands: Any) -> None:
         help="vLLM's replay socket, to heal gaps (its replay_endpoint), e.g. tcp://127.0.0.1:5558",
     )
     parser.add_argument("--vllm-kv-topic", default="", help="the topic vLLM publishes on")
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         type=int,
@@ -68,30 +88,29 @@ def register(commands: Any) -> None:
         help="for a run of vLLM KV events only: the engine's block size (the events do not "
         "say the pool's size or hash algorithm)",
     )
-    parser.set_defaults(handler=_run_collect)
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="set one of the collector's limits on what engines claim "
+        "(docs/privacy-and-security.md, Limits): engines, pool-blocks, total-pool-blocks, "
+        "seq-jump, tokens, tenants, adapters, requests; e.g. --limit pool-blocks=8388608",
+    )
 
 
 def _run_collect(args: argparse.Namespace) -> int:
-    if args.threads is not None and args.threads < 1:
-        print(f"kvscope collect: --threads {args.threads}: must be 1 or more", file=sys.stderr)
+    problem = _usage_problem(args)
+    if problem is None:
+        try:
+            limits = Limits.parse(args.limit)
+        except LimitError as error:
+            problem = str(error)
+    if problem is not None:
+        print(f"kvscope collect: {problem}", file=sys.stderr)
         return 2
-    from collector.live.receiver import MEMORY_LIMIT
 
-    if args.memory_limit is not None and not MEMORY_LIMIT.fullmatch(args.memory_limit):
-        print(
-            f"kvscope collect: --memory-limit {args.memory_limit}: give an amount such as "
-            "6GB or 512MB",
-            file=sys.stderr,
-        )
-        return 2
-    from collector.live.exporter import serve_metrics
-    from collector.live.live_state import LiveState
-    from collector.live.receiver import Receiver
-    from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
-    from collector.store.run_file import RunConfig
-    from engine_hooks.endpoint import EndpointError, engine_token
-
-    state = LiveState()
+    state = LiveState(limits)
     if args.metrics_port is not None:  # before the run is opened: a taken port changes no run
         try:
             serve_metrics(state, args.metrics_port)
@@ -102,7 +121,29 @@ def _run_collect(args: argparse.Namespace) -> int:
         sources = (
             VllmKvEventSubscriber(args.vllm_kv_events, args.vllm_kv_replay, args.vllm_kv_topic),
         )
-    receiver = Receiver(
+    receiver = _receiver(args, state, sources)
+    stop = threading.Event()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signal_number, lambda *_: stop.set())
+    print(f"kvscope collect: listening on {args.endpoint}, writing {args.db}", flush=True)
+    receiver.serve(stop, idle_exit_s=args.idle_exit)
+    _print_stats(receiver.stats, sources)
+    return 0
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options `--threads` and `--memory-limit`, if anything."""
+    if args.threads is not None and args.threads < 1:
+        return f"--threads {args.threads}: must be 1 or more"
+    if args.memory_limit is not None and not MEMORY_LIMIT.fullmatch(args.memory_limit):
+        return f"--memory-limit {args.memory_limit}: give an amount such as 6GB or 512MB"
+    return None
+
+
+def _receiver(
+    args: argparse.Namespace, state: LiveState, sources: tuple[VllmKvEventSubscriber, ...]
+) -> Receiver:
+    return Receiver(
         args.db,
         args.endpoint,
         live_interval_s=args.live_interval,
@@ -118,15 +159,13 @@ def _run_collect(args: argparse.Namespace) -> int:
         ),
         allow_remote=args.allow_remote,
         token=engine_token(),
+        limits=state.limits,
         **({"threads": args.threads} if args.threads is not None else {}),
         **({"memory_limit": args.memory_limit} if args.memory_limit is not None else {}),
     )
-    stop = threading.Event()
-    for signal_number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signal_number, lambda *_: stop.set())
-    print(f"kvscope collect: listening on {args.endpoint}, writing {args.db}", flush=True)
-    receiver.serve(stop, idle_exit_s=args.idle_exit)
-    stats = receiver.stats
+
+
+def _print_stats(stats: ReceiverStats, sources: tuple[VllmKvEventSubscriber, ...]) -> None:
     print(
         f"kvscope collect: {stats.records:,} records in {stats.batches:,} batches, "
         f"{stats.missing_records:,} missing, {stats.rejected.total:,} messages rejected",
@@ -155,4 +194,9 @@ def _run_collect(args: argparse.Namespace) -> int:
             f"{count:,} {reason}" for reason, count in stats.rejected.by_reason.items()
         )
         print(f"kvscope collect: rejected {reasons}; the last: {stats.rejected.last}", flush=True)
-    return 0
+    for source in sources:
+        if source.rejected.total:
+            reasons = ", ".join(
+                f"{count:,} {reason}" for reason, count in source.rejected.by_reason.items()
+            )
+            print(f"kvscope collect: refused vLLM KV event batches: {reasons}", flush=True)

@@ -1,12 +1,15 @@
 """`kvscope export`: a run written as a hive-partitioned Parquet dataset, which every
 command and the app open as a run, and Spark, Trino or ClickHouse read as tables
-(`collector/store/parquet_dataset.py`, README "Runs as Parquet datasets")."""
+(`collector/store/parquet_dataset.py`, docs/run-files.md, "Runs as Parquet datasets")."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 from typing import Any
+
+from collector.store.parquet_export import export_parquet
+from collector.store.run_file import RunFile
 
 
 def register(commands: Any) -> None:
@@ -25,8 +28,6 @@ def register(commands: Any) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from collector.store.parquet_dataset import export_parquet
-    from collector.store.run_file import RunFile
 
     with RunFile.open(args.run) as run:
         export_parquet(run, args.parquet)

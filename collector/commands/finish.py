@@ -6,6 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from collector.queries.summary import run_summary
+from collector.store.run_file import RunStore
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -18,9 +21,6 @@ def register(commands: Any) -> None:
 
 
 def _run_finish(args: argparse.Namespace) -> int:
-    from collector.queries.summary import run_summary
-    from collector.store.run_file import RunStore
-
     store = RunStore.resume(args.run)
     try:
         store.finalize()

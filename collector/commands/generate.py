@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collector.replay.workload import NoSampleTokenizer, WorkloadShape, generate, write_trace
+
 
 def register(commands: Any) -> None:
-    from collector.replay.workload import WorkloadShape
-
     defaults = WorkloadShape()
     parser = commands.add_parser(
         "generate",
@@ -39,33 +39,18 @@ def register(commands: Any) -> None:
         default=defaults.duration_s,
         help=f"seconds over which the requests arrive ({defaults.duration_s:g})",
     )
-    parser.add_argument(
-        "--chats",
-        type=int,
-        default=defaults.num_chats,
-        dest="num_chats",
-        help=f"multi-turn chats, each several requests ({defaults.num_chats})",
-    )
-    parser.add_argument(
-        "--rag-requests",
-        type=int,
-        default=defaults.num_rag_requests,
-        dest="num_rag_requests",
-        help=f"RAG requests over the shared documents ({defaults.num_rag_requests})",
-    )
-    parser.add_argument(
-        "--reports",
-        type=int,
-        default=defaults.num_reports,
-        dest="num_reports",
-        help=f"daily-report requests, sent in one burst ({defaults.num_reports})",
-    )
+    for flag, what in (
+        ("--chats", "multi-turn chats, each several requests"),
+        ("--rag-requests", "RAG requests over the shared documents"),
+        ("--reports", "daily-report requests, sent in one burst"),
+    ):
+        dest = "num_" + flag.removeprefix("--").replace("-", "_")
+        default = getattr(defaults, dest)
+        parser.add_argument(flag, type=int, default=default, dest=dest, help=f"{what} ({default})")
     parser.set_defaults(handler=_run_generate)
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from collector.replay.workload import NoSampleTokenizer, WorkloadShape, generate, write_trace
-
     shape = WorkloadShape(
         seed=args.seed,
         duration_s=args.duration_s,

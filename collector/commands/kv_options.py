@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
+
+from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS, GpuMemory
 
 
 def add_kv_options(parser: Any) -> None:
     """--model, its overrides, and the GPU memory that turns blocks into settings."""
-    from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, DTYPE_BYTES, MODELS
-
     group = parser.add_argument_group(
         "KV memory", "turn blocks into GiB and vLLM memory settings for this model"
     )
@@ -58,10 +59,6 @@ def _at_least_one(text: str) -> int:
 
 def kv_spec_from(args: argparse.Namespace) -> Any:
     """The KVSpec the options describe."""
-    from dataclasses import replace
-
-    from collector.model.kv_memory import MODELS
-
     spec = MODELS[args.model]
     overrides = {
         "num_layers": args.num_layers,
@@ -76,8 +73,6 @@ def kv_spec_from(args: argparse.Namespace) -> Any:
 
 def gpu_from(args: argparse.Namespace) -> Any:
     """The GPU memory the options describe, or None when the GPU's size is unknown (0)."""
-    from collector.model.kv_memory import GpuMemory
-
     if not args.gpu_memory_gib:
         return None
     return GpuMemory(args.gpu_memory_gib, args.gpu_memory_utilization)

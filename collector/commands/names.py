@@ -11,6 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collector.model.nicknames import nickname
+from collector.queries.tenants import labels_in_run
+from collector.safe_text import shown
+from collector.store.run_file import RunFile
+from engine_hooks.privacy import Pseudonymizer, load_secret
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -19,7 +25,7 @@ def register(commands: Any) -> None:
         "with the secret that made them",
         description=__doc__,
     )
-    parser.add_argument("run", type=Path, help="run file (.duckdb)")
+    parser.add_argument("run", type=Path, help="run file (.duckdb) or Parquet dataset")
     parser.add_argument(
         "--names",
         type=Path,
@@ -31,12 +37,6 @@ def register(commands: Any) -> None:
 
 
 def _run_names(args: argparse.Namespace) -> int:
-    from collector.model.nicknames import nickname
-    from collector.queries.tenants import labels_in_run
-    from collector.safe_text import shown
-    from collector.store.run_file import RunFile
-    from engine_hooks.privacy import Pseudonymizer, load_secret
-
     try:
         lines = args.names_file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:

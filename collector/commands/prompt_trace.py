@@ -6,6 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from collector.replay.prompt_set import render_prompt_set
+from collector.replay.workload import write_trace
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -23,9 +26,6 @@ def register(commands: Any) -> None:
 
 
 def _run_prompt_trace(args: argparse.Namespace) -> int:
-    from collector.replay.prompt_set import render_prompt_set
-    from collector.replay.workload import write_trace
-
     rows = render_prompt_set(args.prompt_set, args.templates)
     write_trace(rows, args.out)
     tokens = sum(len(row["token_ids"]) for row in rows)

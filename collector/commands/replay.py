@@ -6,8 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from collector.commands.output import print_summary
 from collector.commands.replay_options import add_replay_options, replay_options
+from collector.replay.block_manager import require_vllm
+from collector.replay.replayer import load_requests, replay_requests
+from engine_hooks.privacy import load_secret
 
 
 def register(commands: Any) -> None:
@@ -23,18 +28,14 @@ def register(commands: Any) -> None:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from collector.replay.block_manager import require_vllm
-    from collector.replay.replayer import load_requests, replay
-    from engine_hooks.privacy import load_secret
-
     require_vllm()  # before any work: a clear refusal, not a traceback in a worker
     options = replay_options(args)
-    total = len(load_requests(args.trace, options))
+    requests = load_requests(args.trace, options)  # read once: the bar's total, the replay
     disable = True if args.quiet else None  # None: tqdm draws only on a terminal
-    with tqdm(total=total, unit="req", disable=disable, desc="starting vLLM") as bar:
-        summary = replay(args.trace, args.out, options, load_secret(), progress=_timed(bar))
+    with tqdm(total=len(requests), unit="req", disable=disable, desc="starting vLLM") as bar:
+        summary = replay_requests(
+            requests, args.trace, args.out, options, load_secret(), progress=_timed(bar)
+        )
     print_summary(summary, args.json)
     if not args.json:
         print(f"\nwrote {args.out}; open it with `kvscope app --db {args.out}`")

@@ -6,16 +6,21 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from collector.model.step_model import StepModel
+from collector.replay.block_manager import HASH_ALGOS, CacheSettings
+from collector.replay.cpu_tier import TIER_POLICIES
+from collector.replay.fleet import ROUTERS
+from collector.replay.kv_layout import PRESETS
+from collector.replay.replayer import TIMINGS, ReplayOptions
+from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from collector.replay.traces import FORMATS
+
 if TYPE_CHECKING:
     from collector.replay.replayer import ReplayOptions
 
 
 def add_replay_options(parser: argparse.ArgumentParser) -> None:
     """Add --block-size, --num-blocks, --timing and the rest to a subcommand's parser."""
-    from collector.replay.block_manager import HASH_ALGOS
-    from collector.replay.replayer import TIMINGS
-    from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
-
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
     parser.add_argument(
         "--num-blocks",
@@ -30,6 +35,15 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         help="vLLM's --prefix-caching-hash-algo (sha256, vLLM's default)",
     )
     add_layout_option(parser, default="full")
+    _add_timing_options(parser)
+    add_format_option(parser)
+    _add_recording_options(parser)
+    add_tier_options(parser, many=False)
+    add_fleet_options(parser)
+
+
+def _add_timing_options(parser: argparse.ArgumentParser) -> None:
+    """--timing, the scheduler's limits and the step's cost."""
     parser.add_argument(
         "--timing",
         choices=TIMINGS,
@@ -69,7 +83,10 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="step time added per decoded token (scheduler)",
     )
-    add_format_option(parser)
+
+
+def _add_recording_options(parser: argparse.ArgumentParser) -> None:
+    """--limit, and what the run records."""
     parser.add_argument("--limit", type=int, help="replay only the first N requests")
     parser.add_argument(
         "--record-token-ids", action="store_true", help="store prompt token ids (private!)"
@@ -91,15 +108,11 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fingerprint every cached block and check each prefix hit against it",
     )
-    add_tier_options(parser, many=False)
-    add_fleet_options(parser)
 
 
 def add_fleet_options(parser: argparse.ArgumentParser) -> None:
     """--engines, --dp-size and --router: a fleet of engines (of DP ranks), each with its
     own pool, behind a router."""
-    from collector.replay.fleet import ROUTERS
-
     parser.add_argument(
         "--engines",
         type=int,
@@ -128,8 +141,6 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
 def add_tier_options(parser: argparse.ArgumentParser, many: bool) -> None:
     """--cpu-tier-blocks and --cpu-tier-policy: one each, or comma-separated lists (`many`,
     for a sweep)."""
-    from collector.replay.cpu_tier import TIER_POLICIES
-
     sweep = ", a comma-separated list to sweep" if many else ""
     parser.add_argument(
         "--cpu-tier-blocks",
@@ -159,8 +170,6 @@ def _block_counts(text: str) -> list[int]:
 
 
 def _policies(text: str) -> list[str]:
-    from collector.replay.cpu_tier import TIER_POLICIES
-
     values = [item.strip() for item in text.split(",") if item.strip()]
     unknown = [value for value in values if value not in TIER_POLICIES]
     if not values or unknown:
@@ -171,8 +180,6 @@ def _policies(text: str) -> list[str]:
 
 
 def add_format_option(parser: argparse.ArgumentParser) -> None:
-    from collector.replay.traces import FORMATS
-
     parser.add_argument(
         "--format",
         choices=FORMATS,
@@ -183,8 +190,6 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_layout_option(parser: argparse.ArgumentParser, default: str | None) -> None:
-    from collector.replay.kv_layout import PRESETS
-
     parser.add_argument(
         "--kv-layout",
         default=default,
@@ -195,10 +200,6 @@ def add_layout_option(parser: argparse.ArgumentParser, default: str | None) -> N
 
 def replay_options(args: argparse.Namespace) -> ReplayOptions:
     """The ReplayOptions the parsed arguments describe."""
-    from collector.replay.block_manager import CacheSettings
-    from collector.replay.replayer import ReplayOptions
-    from collector.replay.simulator import StepModel
-
     return ReplayOptions(
         settings=CacheSettings(args.block_size, args.num_blocks, args.hash_algo, args.kv_layout),
         timing=args.timing,

@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collector.commands.replay_options import add_replay_options, replay_options
+from collector.report.figures import read_run
+from collector.report.formatting import format_limit, format_value
+from collector.report.inputs import ReportInput, check_inputs, prepare_runs
+from collector.report.thresholds import load_thresholds
+from collector.report.verdict import compare
+from engine_hooks.privacy import load_secret
 
 if TYPE_CHECKING:
     from collector.report.verdict import Comparison
@@ -21,12 +27,13 @@ def register(commands: Any) -> None:
         "report",
         help="compare a candidate run with a baseline: Markdown, HTML, JUnit and JSON; "
         "exit 1 when a check regressed",
-        description="Inputs ending in .duckdb are run files; any other input is a trace, "
+        description="Inputs ending in .duckdb are run files, and folders `kvscope export` "
+        "wrote are runs as Parquet datasets; any other input is a trace, "
         "replayed first with the replay options below into OUT_DIR/baseline.duckdb and "
         "OUT_DIR/candidate.duckdb.",
     )
-    parser.add_argument("--baseline", type=Path, required=True, help="run file or trace")
-    parser.add_argument("--candidate", type=Path, required=True, help="run file or trace")
+    parser.add_argument("--baseline", type=Path, required=True, help="run file, dataset or trace")
+    parser.add_argument("--candidate", type=Path, required=True, help="run file, dataset or trace")
     parser.add_argument(
         "--thresholds", type=Path, help="TOML file of limits (docs/ci/thresholds.toml)"
     )
@@ -38,12 +45,7 @@ def register(commands: Any) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from collector.report.figures import read_run
-    from collector.report.inputs import ReportInput, check_inputs, prepare_runs
-    from collector.report.outputs import write_report
-    from collector.report.thresholds import load_thresholds
-    from collector.report.verdict import compare
-    from engine_hooks.privacy import load_secret
+    from collector.report.outputs import write_report  # noqa: PLC0415 - the HTML report loads plotly; `kvscope --help` loads none of it
 
     thresholds = load_thresholds(args.thresholds)
     options = replay_options(args)
@@ -65,8 +67,6 @@ def _run_report(args: argparse.Namespace) -> int:
 
 def _print_checks(comparison: Comparison) -> None:
     """One line per check, then the verdict."""
-    from collector.report.formatting import format_limit, format_value
-
     width = max(len(check.name) for check in comparison.checks)
     for check in comparison.checks:
         if check.status == "skip":

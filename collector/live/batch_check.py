@@ -1,8 +1,12 @@
 """Checks on what arrives over the collector's socket, which it does not trust.
 
 msgspec checks each field's type and bounds as it decodes (`engine_hooks.events`); what
-spans fields is checked here: the header's count, the parallel per-block lists. A message
-that fails is rejected whole, counted by reason, and never stored or acknowledged.
+spans fields is checked here: the header's count, the parallel per-block lists, and every
+size, time and record number against the collector's own limits (`limits.py`), never the
+sender's claims. Against what the run already holds (`check_sequence`): a batch whose
+records the engine's stream has already passed (a duplicate, a replay, a batch overtaken
+by a later one whose gap is already recorded) is refused, never stored twice. A message that
+fails is rejected whole, counted by reason, and never stored or acknowledged.
 """
 
 from __future__ import annotations
@@ -13,14 +17,22 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
+from collector.live.limits import MAX_TS_NS, Limits
+from collector.model.rejected_message import RejectedMessage
 from engine_hooks.events import (
     COUNT_BYTES,
     WIRE_FORMAT,
     Allocate,
+    Arrive,
+    Collision,
+    Drop,
     Event,
     Evict,
+    Finish,
     Free,
     Hit,
+    Lookup,
+    Pool,
     Store,
     decoder,
     hash_width,
@@ -29,14 +41,20 @@ from engine_hooks.events import (
 from engine_hooks.transport import BatchHeader
 
 FRAMES_PER_MESSAGE = 3  # the engine's identity (added by ZMQ), the header, the records
-
-
-class RejectedMessage(ValueError):
-    """A message that is not a well-formed batch; `reason` is its class, for counting."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+# The fields of each kind of record that count tokens (or blocks of a request): at most
+# `Limits.tokens` each.
+_TOKEN_COUNTS: dict[type, tuple[str, ...]] = {
+    Arrive: ("num_prompt_tokens",),
+    Lookup: (
+        "num_prompt_tokens",
+        "num_hit_tokens",
+        "num_hit_blocks",
+        "longest_group_hit_tokens",
+        "num_tier_hit_tokens",
+    ),
+    Finish: ("num_output_tokens",),
+    Store: ("block_size",),
+}
 
 
 @dataclass
@@ -58,7 +76,8 @@ class Rejections:
 class BatchDecoder:
     """Turns a ROUTER message into (engine identity, header, records), or rejects it."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
         self._header = msgspec.msgpack.Decoder(BatchHeader)
         self._records = decoder()
 
@@ -73,14 +92,30 @@ class BatchDecoder:
             raise RejectedMessage("invalid", str(error)) from None
         except msgspec.DecodeError as error:
             raise RejectedMessage("undecodable", str(error)) from None
-        check_batch(header, records)
+        check_batch(header, records, self.limits)
         return identity, header, records
 
 
-def check_batch(header: BatchHeader, records: list[Event]) -> None:
+def check_batch(header: BatchHeader, records: list[Event], limits: Limits) -> None:
     """What msgspec's per-field bounds cannot see: the stream's format is this collector's,
-    counts and packed columns agree, block ids lie in the engine's pool, and reference
-    counts fit their INTEGER column (none negative)."""
+    the engine's pool is within `limits`, counts and packed columns agree, block ids lie in
+    the pool, token counts and block positions within `limits.tokens`, reference counts fit
+    their INTEGER column (none negative), records are numbered in order and their times lie
+    in [0, MAX_TS_NS)."""
+    _check_header(header, records, limits)
+    _check_order(records)
+    packed_ids, packed_ref_cnts = _check_records(header, records, limits)
+    block_ids = np.frombuffer(b"".join(packed_ids), dtype="<i4")
+    if block_ids.size and not 0 <= block_ids.min() <= block_ids.max() < header.config.num_blocks:
+        raise RejectedMessage(
+            "invalid", f"a block id outside the engine's {header.config.num_blocks} blocks"
+        )
+    ref_cnts = np.frombuffer(b"".join(packed_ref_cnts), dtype="<i4")
+    if ref_cnts.size and ref_cnts.min() < 0:
+        raise RejectedMessage("invalid", "a negative reference count")
+
+
+def _check_header(header: BatchHeader, records: list[Event], limits: Limits) -> None:
     if header.wire_format != WIRE_FORMAT:
         raise RejectedMessage(
             "wire-format",
@@ -91,10 +126,42 @@ def check_batch(header: BatchHeader, records: list[Event]) -> None:
         raise RejectedMessage(
             "inconsistent", f"header says {header.num_records} records, {len(records)} came"
         )
+    if header.config.num_blocks > limits.pool_blocks:
+        raise RejectedMessage(
+            "pool-blocks",
+            f"engine {header.engine_id!r} claims a pool of {header.config.num_blocks:,} blocks, "
+            f"over this collector's {limits.pool_blocks:,} (kvscope collect --limit "
+            "pool-blocks=N)",
+        )
+
+
+def _check_order(records: list[Event]) -> None:
+    if records:
+        seqs = np.fromiter((record.seq for record in records), np.uint64, len(records))
+        if len(records) > 1 and not (seqs[1:] > seqs[:-1]).all():
+            raise RejectedMessage("out-of-order", "record numbers not increasing in a batch")
+        times = np.fromiter((record.ts_ns for record in records), np.int64, len(records))
+        if times.min() < 0 or times.max() >= MAX_TS_NS:
+            raise RejectedMessage("timestamp", "a record time outside [0, 2^62) ns")
+
+
+def _check_records(
+    header: BatchHeader, records: list[Event], limits: Limits
+) -> tuple[list[bytes], list[bytes]]:
+    """Each record checked on its own; the packed block ids and reference counts of all."""
     packed_ids: list[bytes] = []
     packed_ref_cnts: list[bytes] = []
     num_groups = max(len(header.config.kv_groups), 1)
     for record in records:
+        counts = [getattr(record, name) for name in _TOKEN_COUNTS.get(type(record), ())]
+        if isinstance(record, Hit | Store):
+            counts.append(record.first_position + num_blocks(record))
+        if max(counts, default=0) > limits.tokens:
+            raise RejectedMessage(
+                "tokens",
+                f"record {record.seq}: {max(counts):,} tokens or block positions, over this "
+                f"collector's {limits.tokens:,} (kvscope collect --limit tokens=N)",
+            )
         if isinstance(record, Hit | Allocate | Store | Evict | Free):
             problem = _block_columns_problem(record, num_groups)
             if problem:
@@ -102,14 +169,53 @@ def check_batch(header: BatchHeader, records: list[Event]) -> None:
             packed_ids.append(record.block_ids)
             if isinstance(record, Free) and record.ref_cnts is not None:
                 packed_ref_cnts.append(record.ref_cnts)
-    block_ids = np.frombuffer(b"".join(packed_ids), dtype="<i4")
-    if block_ids.size and not 0 <= block_ids.min() <= block_ids.max() < header.config.num_blocks:
+        elif isinstance(record, Collision):
+            packed_ids.append(record.block_id.to_bytes(COUNT_BYTES, "little"))
+        elif isinstance(record, Drop):
+            raise RejectedMessage(
+                "invalid", f"record {record.seq}: gaps are the collector's to record"
+            )
+        elif isinstance(record, Pool) and (
+            record.num_free + record.num_in_use > header.config.num_blocks
+            or len(record.num_in_use_by_group or ()) > num_groups
+            or max(record.num_in_use_by_group or (0,)) > header.config.num_blocks
+        ):
+            raise RejectedMessage(
+                "inconsistent",
+                f"record {record.seq}: more blocks free and in use than the pool's "
+                f"{header.config.num_blocks}, or in use by more groups than {num_groups}",
+            )
+    return packed_ids, packed_ref_cnts
+
+
+def check_sequence(
+    next_seq: int, header: BatchHeader, records: list[Event], limits: Limits
+) -> None:
+    """Against the engine's stream so far (`next_seq`: the number after the last record the
+    run holds of it): the batch's records all come after it (else a duplicate or a replay,
+    refused), and move it on by at most `limits.seq_jump` (a record numbered 2^63 - 1 is not a
+    gap of nine quintillion lost records); the engine's own counts of records it lost are
+    no more than it can have numbered."""
+    if records and records[0].seq < next_seq:
         raise RejectedMessage(
-            "invalid", f"a block id outside the engine's {header.config.num_blocks} blocks"
+            "replayed",
+            f"engine {header.engine_id!r} rank {header.dp_rank}: record {records[0].seq:,} "
+            f"again (the run holds its records up to {next_seq - 1:,})",
         )
-    ref_cnts = np.frombuffer(b"".join(packed_ref_cnts), dtype="<i4")
-    if ref_cnts.size and ref_cnts.min() < 0:
-        raise RejectedMessage("invalid", "a negative reference count")
+    top = max(records[-1].seq + 1 if records else 0, header.next_seq, next_seq)
+    if top - next_seq > limits.seq_jump:
+        raise RejectedMessage(
+            "seq-jump",
+            f"engine {header.engine_id!r} rank {header.dp_rank}: record numbers jump from "
+            f"{next_seq:,} to {top:,}, over this collector's {limits.seq_jump:,} (kvscope "
+            "collect --limit seq-jump=N)",
+        )
+    if max(header.num_lost_in_engine, header.num_dropped_in_transport) > top + limits.seq_jump:
+        raise RejectedMessage(
+            "seq-jump",
+            f"engine {header.engine_id!r} rank {header.dp_rank}: claims more records lost "
+            f"than it has numbered ({top:,})",
+        )
 
 
 def _block_columns_problem(

@@ -1,11 +1,20 @@
-"""Running totals of a live run, kept by the receiver for the Prometheus exporter."""
+"""Running totals of a live run, kept by the receiver for the Prometheus exporter.
+
+What it keeps is bounded by the collector's limits (`limits.py`), whatever the engines send:
+past `tenants` tenant names and `adapters` LoRA adapter names, the rest are counted under
+OTHER (so the series a scrape returns are bounded too); per engine and DP rank it keeps a
+few numbers, and the receiver admits at most `engines` of them; the tenant of a request in
+flight is remembered until its lookup, for at most `requests` requests (the oldest are
+forgotten first: a request that never finishes does not stay).
+"""
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
+from collector.live.limits import Limits
 from engine_hooks.events import (
     Arrive,
     Collision,
@@ -22,12 +31,14 @@ from engine_hooks.events import (
 from engine_hooks.transport import BatchHeader
 
 Labels = tuple[str, str]  # tenant, LoRA adapter ("" when unknown or none)
+OTHER = "other"  # the label of the tenants and adapters past the limits
 
 
 @dataclass
 class LiveState:
     """What the exporter reports; `observe` is called with every stored batch."""
 
+    limits: Limits = field(default_factory=Limits)
     query_tokens: Counter[Labels] = field(default_factory=Counter)
     hit_tokens: Counter[Labels] = field(default_factory=Counter)
     requests: Counter[Labels] = field(default_factory=Counter)
@@ -39,7 +50,10 @@ class LiveState:
     pool: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
     engine_dropped: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    _tenants: dict[str, str] = field(default_factory=dict)
+    # Request id -> its tenant's label, oldest arrival first.
+    _tenants: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    _tenant_names: set[str] = field(default_factory=set)
+    _adapter_names: set[str] = field(default_factory=set)
 
     def observe(self, header: BatchHeader, records: list[Event]) -> None:
         with self.lock:
@@ -62,9 +76,15 @@ class LiveState:
             cached_free = record.num_cached_free or 0  # completed by the store: never None
             self.pool[engine] = (record.num_free, cached_free, record.num_in_use)
         elif isinstance(record, Arrive) and record.request_id is not None:
-            self._tenants[record.request_id] = record.tenant or ""
+            tenant = _label(self._tenant_names, record.tenant, self.limits.tenants)
+            self._tenants[record.request_id] = tenant
+            if len(self._tenants) > self.limits.requests:
+                self._tenants.popitem(last=False)
         elif isinstance(record, Lookup) and not record.preempted:
-            labels = (self._tenants.get(record.request_id or "", ""), record.lora or "")
+            labels = (
+                self._tenants.get(record.request_id or "", ""),
+                _label(self._adapter_names, record.lora, self.limits.adapters),
+            )
             self.query_tokens[labels] += record.num_prompt_tokens
             self.hit_tokens[labels] += record.num_hit_tokens
             self.requests[labels] += 1
@@ -74,3 +94,14 @@ class LiveState:
             self.collisions += 1
         elif isinstance(record, Drop):
             self.missing_records += record.num_lost
+
+
+def _label(names: set[str], name: str | None, limit: int) -> str:
+    """`name` as a label: itself while `names` (those given a label of their own so far) has
+    room for it, else OTHER; "" for none."""
+    if not name or name in names:
+        return name or ""
+    if len(names) < limit:
+        names.add(name)
+        return name
+    return OTHER

@@ -16,6 +16,13 @@ gap in an
 engine's record numbers (records its buffer refused, or batches lost on the way) is stored
 as a `drop` record at the first missing number, saying how many records are missing.
 
+What engines claim is bounded by the collector's own limits (`limits.py`, `kvscope collect
+--limit`): a batch from an engine past the run's `engines`, or whose pool would take the
+run's pools past `total-pool-blocks`, is refused, as is one the checks of `batch_check.py`
+refuse (a pool over `pool-blocks`, a count of tokens over `tokens`, a replayed batch, a
+jump in record numbers over `seq-jump`, a time out of range); each refusal is counted by
+reason, and nothing of the batch is stored or acknowledged.
+
 The same receiver can also subscribe to vLLM's own KV events (`VllmKvEventSubscriber`) and
 store them in the same run file, from the same thread: DuckDB's one writer.
 """
@@ -32,13 +39,15 @@ from typing import Any
 
 import msgspec
 
-from collector.live.batch_check import BatchDecoder, RejectedMessage, Rejections
+from collector.live.batch_check import BatchDecoder, Rejections, check_sequence
+from collector.live.limits import Limits
 from collector.live.listener import Listener
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
+from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
+from collector.model.rejected_message import RejectedMessage
 from collector.store.live_copy import LiveCopy
 from collector.store.run_file import RunConfig, RunStore, StoreError
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
 from engine_hooks.events import Drop, Event
 from engine_hooks.transport import Ack, BatchHeader
 
@@ -63,6 +72,8 @@ MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGN
 class _EngineStream:
     next_seq: int = 0
     last_ts_ns: int = 0  # the newest record's time: a drop found at a stream's end has it
+    num_blocks: int | None = None  # the engine's pool, once a batch of this run named it
+    capture_stopped: str = ""  # why the engine's hooks stopped capturing, once noted
 
 
 @dataclass
@@ -99,8 +110,10 @@ class Receiver:
         token: bytes | None = None,
         threads: int = INGEST_THREADS,
         memory_limit: str = INGEST_MEMORY_LIMIT,
+        limits: Limits | None = None,
     ) -> None:
         self.run_path = run_path
+        self.limits = limits or Limits()
         self.threads = threads
         self.memory_limit = memory_limit
         self.endpoint = endpoint
@@ -113,7 +126,8 @@ class Receiver:
         self.kv_event_sources = kv_event_sources
         self._kv_event_run_config = kv_event_run_config
         self._conflicts = HashConflictDetector()
-        self._decoder = BatchDecoder()
+        self._decoder = BatchDecoder(self.limits)
+        self._pool_blocks = 0  # of the engines admitted: their pools together
         self._encoder = msgspec.msgpack.Encoder()
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
             self.store = self._open(RunStore.resume(run_path))
@@ -197,10 +211,11 @@ class Receiver:
             frames = self._socket.recv_multipart()
             try:
                 identity, header, records = self._decoder.decode(frames)
+                stream = self._admit(header, records)
             except RejectedMessage as rejected:
                 self.stats.rejected.count(rejected)
                 continue
-            self._store_batch(header, records)
+            self._store_batch(stream, header, records)
             if not self._unacknowledged:
                 self._first_unacknowledged_at = time.monotonic()
             self._unacknowledged.setdefault(identity, []).append(header.batch_seq)
@@ -224,10 +239,53 @@ class Receiver:
         self._unacknowledged = {}
         self._unacknowledged_bytes = 0
 
-    def _store_batch(self, header: BatchHeader, records: list[Event]) -> None:
-        stream = self.stats.engines.setdefault((header.engine_id, header.dp_rank), _EngineStream())
+    def _admit(self, header: BatchHeader, records: list[Event]) -> _EngineStream:
+        """The stream of the batch's engine, once the batch is within the run's limits and
+        follows what the run holds of it; raises RejectedMessage (and changes nothing) if
+        not."""
+        limits = self.limits
+        engine = (header.engine_id, header.dp_rank)
+        stream = self.stats.engines.get(engine)
+        if stream is None and len(self.stats.engines) >= limits.engines:
+            raise RejectedMessage(
+                "engines",
+                f"engine {header.engine_id!r} rank {header.dp_rank}: the run has "
+                f"{limits.engines:,} engines and DP ranks already (kvscope collect --limit "
+                "engines=N)",
+            )
+        num_blocks = header.config.num_blocks
+        if stream is None or stream.num_blocks is None:
+            if self._pool_blocks + num_blocks > limits.total_pool_blocks:
+                raise RejectedMessage(
+                    "total-pool-blocks",
+                    f"engine {header.engine_id!r} rank {header.dp_rank}: its pool of "
+                    f"{num_blocks:,} blocks takes the run's engines past "
+                    f"{limits.total_pool_blocks:,} (kvscope collect --limit total-pool-blocks=N)",
+                )
+        elif num_blocks != stream.num_blocks:
+            raise RejectedMessage(
+                "inconsistent",
+                f"engine {header.engine_id!r} rank {header.dp_rank}: a pool of {num_blocks:,} "
+                f"blocks, where its batches before said {stream.num_blocks:,}",
+            )
+        check_sequence(stream.next_seq if stream else 0, header, records, limits)
+        if stream is None:
+            stream = self.stats.engines[engine] = _EngineStream()
+        if stream.num_blocks is None:
+            stream.num_blocks = num_blocks
+            self._pool_blocks += num_blocks
+        return stream
+
+    def _store_batch(
+        self, stream: _EngineStream, header: BatchHeader, records: list[Event]
+    ) -> None:
         drops = _named_with_gaps(stream, records, header)
         self.stats.batches += 1
+        if header.capture_stopped and not stream.capture_stopped and self.store is not None:
+            stream.capture_stopped = header.capture_stopped  # noted once per engine
+            self.store.note_capture_stopped(
+                header.engine_id, header.dp_rank, header.capture_stopped
+            )
         if not records and not drops:
             return  # an engine's closing batch, with nothing missing: nothing to store
         if self.store is None:

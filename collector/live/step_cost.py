@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from collector.replay.simulator import StepModel
+from collector.model.step_model import StepModel
 
 TOKEN_RANGE = (100, 30_000)
 TIMEOUT_S = 300

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from collector.replay.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from collector.model.trace_request import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 Namespace = Callable[[TraceRequest], Hashable]
 _OUTPUT = -1  # marks the content of a block of unique output tokens

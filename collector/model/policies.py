@@ -136,85 +136,96 @@ def replay_policy(
     largest = max((request.num_blocks for request in stream), default=0)
     if pool.usable < largest:
         raise ValueError(f"a request needs more than the {num_blocks} blocks of the pool")
-    next_hits = _NextHits(stream, block_size) if policy == "min" else None
+    belady = _Belady(_NextHits(stream, block_size)) if policy == "min" else None
     pinned_keys = set(pinned) if policy == "pin" else set()
     dropped = set(not_admitted) if policy == "admit" else set()
-    held_pins: dict[Hashable, int] = {}
     # Pins never take the room the largest request needs.
     limit = min(pool.usable // 2 if max_pinned is None else max_pinned, pool.usable - largest)
-    pins = _Pins(held_pins, pinned_keys, limit)
-    heap: list[tuple[int, int, int, int]] = []  # (-next hit, -position, block, version)
-    versions: dict[int, int] = {}
+    pins = _Pins({}, pinned_keys, limit)
     hits = tier_hits = tier_positions = 0
     for index, request in enumerate(stream):
         eligible = min((request.num_prompt_tokens - 1) // block_size, len(request.keys))
-        used: list[int] = []
-        for key in request.keys[:eligible]:
-            block = held_pins.get(key)
-            if block is None:
-                block = pool.cached_block(key)
-                if block is None:
-                    break
-                pool.take(block)
-            used.append(block)
+        used = _take_cached_prefix(pool, pins, request.keys[:eligible])
         hits += len(used)
-        loaded = 0
         if tier is not None:
             tier.start(f"request-{index}")
             loaded = tier.load(request.keys[len(used) : eligible])
             tier_hits += loaded
             tier_positions += loaded * len(used) + loaded * (loaded - 1) // 2
-        new = [
-            _allocate(pool, heap, versions, next_hits)
-            for _ in range(request.num_blocks - len(used))
-        ]
-        blocks = used + new
+        blocks = used + [_allocate(pool, belady) for _ in range(request.num_blocks - len(used))]
         _free(pool, request, blocks, pins, dropped)
         if tier is not None:
-            full_prompt = min(request.num_prompt_tokens // block_size, len(request.keys))
-            tier.store(request.keys[:full_prompt])
+            tier.store(request.keys[: request.num_prompt_tokens // block_size])  # full blocks
             tier.finish()
-        if next_hits is not None:
-            for offset, key in enumerate(request.keys):
-                block = blocks[offset]
-                if pool.free.get(block) == key:
-                    version = versions.get(block, 0) + 1
-                    versions[block] = version
-                    # A second cached copy of a key (computed again past the hit limit)
-                    # serves nothing the first does not.
-                    duplicate = len(pool.cached[key]) > 1
-                    upcoming = NEVER if duplicate else next_hits.after(key, index)
-                    heapq.heappush(heap, (-upcoming, -offset, block, version))
+        if belady is not None:
+            belady.push(pool, request, blocks, index)
     return PolicyResult(
         policy=policy,
         num_blocks=num_blocks,
         hit_blocks=hits,
         prompt_tokens=sum(request.num_prompt_tokens for request in stream),
         block_size=block_size,
-        pinned_blocks=len(held_pins),
+        pinned_blocks=len(pins.held),
         tier_hit_blocks=tier_hits,
         tier_hit_positions=tier_positions,
     )
 
 
-def _allocate(
-    pool: _Pool,
-    heap: list[tuple[int, int, int, int]],
-    versions: dict[int, int],
-    next_hits: _NextHits | None,
-) -> int:
+def _take_cached_prefix(pool: _Pool, pins: _Pins, keys: Sequence[Hashable]) -> list[int]:
+    """The blocks of the longest prefix of `keys` the cache holds (pinned, or taken from the
+    free queue)."""
+    used: list[int] = []
+    for key in keys:
+        block = pins.held.get(key)
+        if block is None:
+            block = pool.cached_block(key)
+            if block is None:
+                break
+            pool.take(block)
+        used.append(block)
+    return used
+
+
+def _allocate(pool: _Pool, belady: _Belady | None) -> int:
     """A block for new content: an empty one first (the free queue's head under LRU), else
     the policy's victim."""
     head, key = next(iter(pool.free.items()))
-    if key is None or next_hits is None:
+    if key is None or belady is None:
         pool.take(head)
         return head
-    while True:
-        _, _, block, version = heapq.heappop(heap)
-        if versions.get(block) == version and pool.free.get(block) is not None:
-            versions[block] = version + 1
-            pool.take(block)
-            return block
+    return belady.victim(pool)
+
+
+class _Belady:
+    """Belady's victims: the cached block whose key's next hit is furthest (of equals, the
+    deepest), from a heap of (-next hit, -position, block, version), its stale entries
+    (an older version of the block's) skipped."""
+
+    def __init__(self, next_hits: _NextHits) -> None:
+        self.next_hits = next_hits
+        self.heap: list[tuple[int, int, int, int]] = []
+        self.versions: dict[int, int] = {}
+
+    def victim(self, pool: _Pool) -> int:
+        while True:
+            _, _, block, version = heapq.heappop(self.heap)
+            if self.versions.get(block) == version and pool.free.get(block) is not None:
+                self.versions[block] = version + 1
+                pool.take(block)
+                return block
+
+    def push(self, pool: _Pool, request: RequestBlocks, blocks: list[int], index: int) -> None:
+        """Each block request `index` left cached, by its key's next hit after it."""
+        for offset, key in enumerate(request.keys):
+            block = blocks[offset]
+            if pool.free.get(block) == key:
+                version = self.versions.get(block, 0) + 1
+                self.versions[block] = version
+                # A second cached copy of a key (computed again past the hit limit)
+                # serves nothing the first does not.
+                duplicate = len(pool.cached[key]) > 1
+                upcoming = NEVER if duplicate else self.next_hits.after(key, index)
+                heapq.heappush(self.heap, (-upcoming, -offset, block, version))
 
 
 @dataclass

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import PurePath
 from typing import Any, TypedDict, cast
 
+from collector.model.step_model import StepModel
 from collector.safe_text import shown
 from collector.store.run_file import RunFile
 
@@ -65,3 +67,38 @@ def run_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """A runs row's options, whether still JSON text (as stored) or already parsed."""
     options = config.get("options") or {}
     return dict(json.loads(options) if isinstance(options, str) else options)
+
+
+@dataclass(frozen=True)
+class RecordedOptions:
+    """The replay settings a run recorded among its options, None (False) where it recorded
+    none: a live capture records fewer than a replay."""
+
+    kv_layout: str | None = None
+    max_num_batched_tokens: int | None = None
+    max_loras: int | None = None
+    engines: int | None = None
+    router: str | None = None
+    dp_size: int | None = None
+    step_model: StepModel | None = None  # the fields it recorded, StepModel's for the rest
+    cpu_tier: bool = False  # whether it replayed a CPU tier
+
+
+def recorded_options(config: Mapping[str, Any]) -> RecordedOptions:
+    """The replay settings among a runs row's options (`run_options`)."""
+    options = run_options(config)
+    step = options.get("step_model")
+    return RecordedOptions(
+        kv_layout=options.get("kv_layout"),
+        max_num_batched_tokens=options.get("max_num_batched_tokens"),
+        max_loras=options.get("max_loras"),
+        engines=options.get("engines"),
+        router=options.get("router"),
+        dp_size=options.get("dp_size"),
+        step_model=StepModel(
+            **{known.name: step[known.name] for known in fields(StepModel) if known.name in step}
+        )
+        if step
+        else None,
+        cpu_tier=bool(options.get("cpu_tier")),
+    )

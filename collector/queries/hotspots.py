@@ -48,6 +48,56 @@ def block_heatmap(
 HeatRows = Literal["family", "tenant"]
 
 
+# `owner_heatmap`'s query, by its rows: the row key of each block (`blocks`, its
+# `prefix_blocks` row).
+_OWNER_HEATMAP = {
+    rows: f"""
+    WITH activity AS (
+        SELECT ($first + ((ts_ns - grid.start_ns) // grid.bucket_ns - $first)
+                // $points * $points) * grid.bucket_ns / 1e9 AS t_s,
+            coalesce({key}, $none) AS row_key,
+            count(*) FILTER (WHERE kind = 'hit') AS hits,
+            count(*) FILTER (WHERE kind = 'store') AS stores,
+            count(*) FILTER (WHERE kind = 'evict') AS evictions
+        FROM (
+            SELECT ts_ns, kind, block_hash FROM events
+            WHERE kind IN ('hit', 'store', 'evict') AND ts_ns >= $start AND ts_ns < $end
+                AND {IN_REFERENCE_GROUP}
+        ) AS window_events
+        LEFT JOIN prefix_blocks AS blocks USING (block_hash)
+        CROSS JOIN rollup_grid AS grid
+        GROUP BY ALL
+    ),
+    ranked AS (
+        SELECT row_key,
+            row_number() OVER (
+                ORDER BY sum(hits + stores + evictions) DESC, row_key NULLS LAST
+            ) AS rank
+        FROM activity
+        GROUP BY row_key
+    ),
+    folded AS (
+        SELECT t_s,
+            least(rank, $rows + 1) AS rank,
+            CASE WHEN rank <= $rows THEN row_key END AS row_key,
+            CAST(sum(hits) AS BIGINT) AS hits,
+            CAST(sum(stores) AS BIGINT) AS stores,
+            CAST(sum(evictions) AS BIGINT) AS evictions
+        FROM activity
+        JOIN ranked USING (row_key)
+        GROUP BY ALL
+    )
+    SELECT folded.t_s, folded.rank, folded.row_key, root.tenant AS owner,
+        folded.hits, folded.stores, folded.evictions
+    FROM folded
+    LEFT JOIN prefix_blocks AS root
+        ON $by_family AND root.block_hash = TRY_CAST(folded.row_key AS UBIGINT)
+    ORDER BY folded.rank, folded.t_s
+    """
+    for rows, key in (("family", "blocks.root_hash::VARCHAR"), ("tenant", "blocks.tenant"))
+}
+
+
 def owner_heatmap(
     run: RunFile,
     window: TimeWindow,
@@ -61,51 +111,8 @@ def owner_heatmap(
     that first stored each block (`row_key`, "(no tenant)" for none), of the
     reference KV cache group. The `max_rows` rows with the most activity in the window are
     kept (`rank` 1 = most); the rest are one row, `rank` max_rows + 1, `row_key` NULL."""
-    key = "blocks.root_hash::VARCHAR" if rows == "family" else "blocks.tenant"
     return run.frame(
-        f"""
-        WITH activity AS (
-            SELECT ($first + ((ts_ns - grid.start_ns) // grid.bucket_ns - $first)
-                    // $points * $points) * grid.bucket_ns / 1e9 AS t_s,
-                coalesce({key}, $none) AS row_key,
-                count(*) FILTER (WHERE kind = 'hit') AS hits,
-                count(*) FILTER (WHERE kind = 'store') AS stores,
-                count(*) FILTER (WHERE kind = 'evict') AS evictions
-            FROM (
-                SELECT ts_ns, kind, block_hash FROM events
-                WHERE kind IN ('hit', 'store', 'evict') AND ts_ns >= $start AND ts_ns < $end
-                    AND {IN_REFERENCE_GROUP}
-            ) AS window_events
-            LEFT JOIN prefix_blocks AS blocks USING (block_hash)
-            CROSS JOIN rollup_grid AS grid
-            GROUP BY ALL
-        ),
-        ranked AS (
-            SELECT row_key,
-                row_number() OVER (
-                    ORDER BY sum(hits + stores + evictions) DESC, row_key NULLS LAST
-                ) AS rank
-            FROM activity
-            GROUP BY row_key
-        ),
-        folded AS (
-            SELECT t_s,
-                least(rank, $rows + 1) AS rank,
-                CASE WHEN rank <= $rows THEN row_key END AS row_key,
-                CAST(sum(hits) AS BIGINT) AS hits,
-                CAST(sum(stores) AS BIGINT) AS stores,
-                CAST(sum(evictions) AS BIGINT) AS evictions
-            FROM activity
-            JOIN ranked USING (row_key)
-            GROUP BY ALL
-        )
-        SELECT folded.t_s, folded.rank, folded.row_key, root.tenant AS owner,
-            folded.hits, folded.stores, folded.evictions
-        FROM folded
-        LEFT JOIN prefix_blocks AS root
-            ON $by_family AND root.block_hash = TRY_CAST(folded.row_key AS UBIGINT)
-        ORDER BY folded.rank, folded.t_s
-        """,
+        _OWNER_HEATMAP[rows],
         {
             "first": window.first_bucket,
             "points": buckets_per_point(window, max_time_points),
@@ -201,7 +208,7 @@ def top_blocks(
 def _top_blocks(
     run: RunFile, sql: str, window: TimeWindow, limit: int, *, events: bool
 ) -> pd.DataFrame:
-    parameters: dict[str, Any] = {"origin": window.run_start_ns, "limit": limit}
+    parameters: dict[str, int] = {"origin": window.run_start_ns, "limit": limit}
     if events:
         parameters |= {"start": window.start_ns, "end": window.end_ns}
     frame = run.frame(sql, parameters)

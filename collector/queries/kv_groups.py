@@ -5,18 +5,18 @@ each held over time."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pandas as pd
 
 from collector.model.time_window import TimeWindow
 from collector.queries.timeline import timeline_span
 from collector.store.run_file import RunFile
+from engine_hooks.layout import KvGroup
 
 _LAST_BUCKET = 2**62  # past any run's last bucket: the whole run
 
 
-def layout(run: RunFile) -> list[dict[str, Any]]:
+def layout(run: RunFile) -> list[KvGroup]:
     """The run's groups as its options list them (kind, block size, window, layers), in
     vLLM's group order; one full-attention group for a run that does not say."""
     row = run.row("SELECT options, block_size FROM runs")
@@ -24,13 +24,21 @@ def layout(run: RunFile) -> list[dict[str, Any]]:
     groups = options.get("kv_groups") or []
     if not groups:
         block_size = int(row[1]) if row else 0
-        return [{"kind": "full", "block_size": block_size, "window": 0, "num_layers": 1}]
-    return [dict(group) for group in groups]
+        return [KvGroup(kind="full", block_size=block_size)]
+    return [
+        KvGroup(
+            kind=str(group["kind"]),
+            block_size=int(group["block_size"]),
+            window=int(group.get("window") or 0),
+            num_layers=int(group.get("num_layers", 1)),
+        )
+        for group in groups
+    ]
 
 
-def describe(group: dict[str, Any]) -> str:
+def describe(group: KvGroup) -> str:
     """A group as a phrase: "full attention", "sliding window of 128 tokens"."""
-    kind, tokens = str(group["kind"]), int(group.get("window") or 0)
+    kind, tokens = group.kind, group.window
     if kind == "sliding_window":
         return f"sliding window of {tokens:,} tokens"
     if kind == "chunked_local":
@@ -69,7 +77,7 @@ def group_figures(run: RunFile, window: TimeWindow | None = None) -> pd.DataFram
         {
             "kv_group": range(len(groups)),
             "kind": [describe(group) for group in groups],
-            "num_layers": [group.get("num_layers", 1) for group in groups],
+            "num_layers": [group.num_layers for group in groups],
         }
     )
     table = table.merge(figures, on="kv_group", how="left")

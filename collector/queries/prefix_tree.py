@@ -57,7 +57,7 @@ def tree_nodes(run: RunFile, window: TimeWindow, max_nodes: int = 300) -> pd.Dat
     """The `max_nodes` block hashes hit most in the window (ids and parents as hex; a block
     whose parent is not among them has parent ""), with the tenant and adapter that first
     stored each and when (`first_stored_s`)."""
-    parameters: dict[str, Any] = {"origin": window.run_start_ns, "limit": max_nodes}
+    parameters: dict[str, int] = {"origin": window.run_start_ns, "limit": max_nodes}
     if window.is_whole_run:
         sql = _NODES_FROM_PREFIX_BLOCKS
     else:
@@ -125,12 +125,61 @@ def chain_to(nodes: pd.DataFrame, block: str) -> list[str]:
     return chain[::-1]
 
 
+# A block hash's hits, stores and evictions in a window, in the order they happened.
+NODE_EVENTS = """
+SELECT ts_ns, CAST(kind AS VARCHAR) AS kind, request_id, block_id
+FROM events
+WHERE block_hash = $hash AND kind IN ('hit', 'store', 'evict')
+    AND ts_ns >= $start AND ts_ns < $end
+ORDER BY seq, pos
+"""
+
+# A block hash's re-stores in a window, and what the whole run knows of it.
+NODE_FIGURES = """
+WITH restored AS (
+    SELECT count(*) FILTER (WHERE stored_ns >= $start AND stored_ns < $end
+        AND store_seq > first_store_seq) AS restores
+    FROM (
+        SELECT stored_ns, store_seq, min(store_seq) OVER () AS first_store_seq
+        FROM cache_lifetimes WHERE block_hash = $hash
+    )
+)
+SELECT restored.restores, prefix_blocks.block_position, prefix_blocks.parent_hash,
+    prefix_blocks.tenant, prefix_blocks.lora, prefix_blocks.first_stored_by,
+    prefix_blocks.cached_ns / 1e9 AS cached_s
+FROM prefix_blocks, restored
+WHERE prefix_blocks.block_hash = $hash
+"""
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One block hash's figures: in the window, its hits, stores, re-stores (stores after its
+    first ever), evictions, requests that hit or stored it, first and last use (seconds from
+    the run's start); from the whole run, its position, parent (hex, "" for a root), the
+    tenant and adapter that first stored it, the request that did and the time it was cached."""
+
+    hits: int
+    stores: int
+    restores: int
+    evictions: int
+    requests: int
+    first_use_s: float | None
+    last_use_s: float | None
+    block_position: int
+    parent_hash: str
+    tenant: str | None
+    lora: str | None
+    first_stored_by: str
+    cached_s: float
+
+
 @dataclass(frozen=True)
 class NodeDetails:
     """One block hash in a window: its figures (`summary`) and its first hits, stores and
     evictions (`history`)."""
 
-    summary: dict[str, Any]
+    summary: NodeSummary
     history: pd.DataFrame
 
 
@@ -145,31 +194,11 @@ def node_details(
     evictions, with the request behind each (for an eviction: the request that took the
     block) and its tenant."""
     used = run.frame(
-        """
-        SELECT ts_ns, CAST(kind AS VARCHAR) AS kind, request_id, block_id
-        FROM events
-        WHERE block_hash = $hash AND kind IN ('hit', 'store', 'evict')
-            AND ts_ns >= $start AND ts_ns < $end
-        ORDER BY seq, pos
-        """,
+        NODE_EVENTS,
         {"hash": block_hash, "start": window.start_ns, "end": window.end_ns},
     )
     row = run.record(
-        """
-        WITH restored AS (
-            SELECT count(*) FILTER (WHERE stored_ns >= $start AND stored_ns < $end
-                AND store_seq > first_store_seq) AS restores
-            FROM (
-                SELECT stored_ns, store_seq, min(store_seq) OVER () AS first_store_seq
-                FROM cache_lifetimes WHERE block_hash = $hash
-            )
-        )
-        SELECT restored.restores, prefix_blocks.block_position, prefix_blocks.parent_hash,
-            prefix_blocks.tenant, prefix_blocks.lora, prefix_blocks.first_stored_by,
-            prefix_blocks.cached_ns / 1e9 AS cached_s
-        FROM prefix_blocks, restored
-        WHERE prefix_blocks.block_hash = $hash
-        """,
+        NODE_FIGURES,
         {"hash": block_hash, "start": window.start_ns, "end": window.end_ns},
     )
     if row is None:
@@ -180,17 +209,21 @@ def node_details(
     def seconds(ts_ns: Any) -> float | None:
         return None if pd.isna(ts_ns) else (int(ts_ns) - window.run_start_ns) / 1e9
 
-    summary = {
-        "hits": int((kinds == "hit").sum()),
-        "stores": int((kinds == "store").sum()),
-        "restores": row["restores"],
-        "evictions": int((kinds == "evict").sum()),
-        "requests": int(touched["request_id"].nunique()),
-        "first_use_s": seconds(touched["ts_ns"].min()),
-        "last_use_s": seconds(touched["ts_ns"].max()),
-        **{key: value for key, value in row.items() if key != "restores"},
-    }
-    summary["parent_hash"] = hash_hex(summary["parent_hash"])
+    summary = NodeSummary(
+        hits=int((kinds == "hit").sum()),
+        stores=int((kinds == "store").sum()),
+        restores=row["restores"],
+        evictions=int((kinds == "evict").sum()),
+        requests=int(touched["request_id"].nunique()),
+        first_use_s=seconds(touched["ts_ns"].min()),
+        last_use_s=seconds(touched["ts_ns"].max()),
+        block_position=row["block_position"],
+        parent_hash=hash_hex(row["parent_hash"]),
+        tenant=row["tenant"],
+        lora=row["lora"],
+        first_stored_by=row["first_stored_by"],
+        cached_s=row["cached_s"],
+    )
     return NodeDetails(summary, _history(run, used.head(history_rows), window.run_start_ns))
 
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from collector.model.block_stream import RequestBlocks, num_kv_tokens
+from collector.model.trace_request import OUTPUT_TOKEN_BASE, TraceRequest
 from collector.queries.config import run_config
-from collector.replay.simulator import OUTPUT_TOKEN_BASE
-from collector.replay.traces import TraceRequest
 from collector.store.run_file import RunFile, StoreError
 
 Engine = tuple[str, int]  # engine id ('' when unnamed) and DP rank: one pool of a fleet

@@ -80,6 +80,7 @@ class RunSummary(HeadlineFigures):
     vllm_prefix_cache_hits: int | None
     tier_hit_tokens: int
     tier_token_hit_ratio: float
+    capture_stopped: str
 
 
 def hit_ratio(hits: int, looked_up: int) -> float:
@@ -131,4 +132,15 @@ def run_summary(run: RunFile) -> RunSummary:
         "vllm_prefix_cache_hits": figures["vllm_prefix_cache_hits"],
         "tier_hit_tokens": figures["tier_hit_tokens"],
         "tier_token_hit_ratio": hit_ratio(figures["tier_hit_tokens"], prompt_tokens),
+        "capture_stopped": capture_stops(run),
     }
+
+
+def capture_stops(run: RunFile) -> str:
+    """The engines whose hooks stopped capturing during the run, and why ("" if none): what
+    the run misses of them after that point was never recorded."""
+    rows = run.rows(
+        "SELECT substr(key, 17), value FROM meta WHERE starts_with(key, 'capture_stopped ') "
+        "ORDER BY key"
+    )
+    return "; ".join(f"{engine}: {reason}" for engine, reason in rows)

@@ -4,8 +4,7 @@ that another sent the same prefix, unless their caches are salted apart)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -108,11 +107,23 @@ def tenant_hit_ratios(run: RunFile) -> pd.DataFrame:
     )
 
 
-def tenant_label(row: Mapping[str, Any]) -> str:
-    """A `tenant_hit_ratios` row's name: `tenant`, or `tenant/adapter` for requests that ran
-    with a LoRA adapter (pseudonyms by their nicknames)."""
-    tenant, lora = shown(nickname(row["tenant"])), shown(nickname(row["lora"]))
-    return tenant if row["lora"] == NO_LABEL else f"{tenant}/{lora}"
+@dataclass(frozen=True)
+class TenantHitRatio:
+    """One `tenant_hit_ratios` row, counts as ints and the hit ratio as a float."""
+
+    tenant: str
+    lora: str
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_ratio: float
+
+
+def tenant_label(row: TenantHitRatio) -> str:
+    """A tenant's name: `tenant`, or `tenant/adapter` for requests that ran with a LoRA
+    adapter (pseudonyms by their nicknames)."""
+    tenant, lora = shown(nickname(row.tenant)), shown(nickname(row.lora))
+    return tenant if row.lora == NO_LABEL else f"{tenant}/{lora}"
 
 
 def salt_usage(run: RunFile) -> pd.DataFrame:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from collector.replay.kv_layout import check_fits, parse_layout
 from collector.unavailable import Unavailable
+from engine_hooks.versions import is_supported, supported_versions
 
 if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -51,7 +53,7 @@ def make_kv_cache_manager(
 
     `kv_events` turns on vLLM's own KV cache events (BlockStored, BlockRemoved, ...).
     """
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     return KVCacheManager(
         kv_cache_config(settings),
@@ -79,9 +81,9 @@ def kv_cache_config(settings: CacheSettings) -> KVCacheConfig:
     """vLLM's `KVCacheConfig` of the settings: their pool and KV cache groups (a tiny spec per
     group: what a block holds does not matter to the manager, only how many there are)."""
     quiet_torch_imports()
-    import torch
-    from vllm.config import CacheConfig
-    from vllm.v1.kv_cache_interface import (
+    import torch  # noqa: PLC0415 - torch takes seconds to load; only what drives vLLM pays
+    from vllm.config import CacheConfig  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.kv_cache_interface import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         KVCacheConfig,
@@ -131,8 +133,8 @@ def kv_groups(settings: CacheSettings) -> list[dict[str, object]]:
 
 def make_block_hasher(settings: CacheSettings) -> BlockHasher:
     """vLLM's request block hasher for these settings (initialises vLLM's NONE_HASH)."""
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.utils.hashing import get_hash_fn_by_name  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     hash_fn = get_hash_fn_by_name(settings.hash_algo)
     init_none_hash(hash_fn)
@@ -150,12 +152,12 @@ def make_request(
     cache_salt: str | None = None,
 ) -> Request:
     """A vLLM `Request` whose block hashes vLLM computes itself on creation."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
+    from vllm.sampling_params import SamplingParams  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.request import Request  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     lora_request = None
     if lora_name is not None:
-        from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         lora_request = LoRARequest(lora_name, _lora_int_id(lora_name), f"/adapters/{lora_name}")
     return Request(
@@ -172,8 +174,6 @@ def make_request(
 
 def _lora_int_id(name: str) -> int:
     """A stable positive id for an adapter name (vLLM wants an int id per adapter)."""
-    import zlib
-
     return zlib.crc32(name.encode()) % (1 << 30) + 1
 
 
@@ -198,8 +198,6 @@ def quiet_torch_imports() -> None:
 
 def require_vllm() -> str:
     """The version of this environment's vLLM; `VllmUnavailable` when it has no supported one."""
-    from engine_hooks.versions import is_supported, supported_versions
-
     quiet_torch_imports()
 
     wanted = (
@@ -208,7 +206,7 @@ def require_vllm() -> str:
         "vLLM environment, or `pip install 'kvscope[vllm]'`"
     )
     try:
-        import vllm
+        import vllm  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
     except ImportError as error:
         raise VllmUnavailable(f"{wanted} ({error})") from None
     version = str(vllm.__version__)

@@ -18,6 +18,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from collector.replay.block_manager import require_vllm
+
 TIER_POLICIES = ("lru", "arc")
 
 
@@ -34,20 +36,18 @@ class CpuTier:
     """A tier of `num_blocks` GPU-block-sized chunks under vLLM's manager and `policy`."""
 
     def __init__(self, num_blocks: int, policy: str = "lru", events: bool = False) -> None:
-        from collector.replay.block_manager import require_vllm
-
         if policy not in TIER_POLICIES:
             raise ValueError(f"unknown tier policy {policy!r}; use one of {TIER_POLICIES}")
         if num_blocks < 1:
             raise ValueError(f"a CPU tier needs at least 1 block, got {num_blocks}")
         require_vllm()
-        from vllm.v1.kv_offload.base import (
+        from vllm.v1.kv_offload.base import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
             LookupResult,
             ReqContext,
             get_offload_block_hash,
             make_offload_key,
         )
-        from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+        from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         self._hit = LookupResult.HIT
         self._context = ReqContext

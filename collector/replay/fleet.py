@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from collector.model.trace_request import TraceRequest
 from collector.replay.block_manager import (
     CacheSettings,
     cached_prefix_blocks,
     make_kv_cache_manager,
 )
 from collector.replay.simulator import Simulator, VirtualClock, vllm_request
-from collector.replay.traces import TraceRequest
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import Event
 from engine_hooks.hooks import KVCacheHooks
@@ -119,7 +119,7 @@ class DataParallelBalancer:
 
     def pick(self, ranks: Sequence[Rank], request_id: str) -> int:
         """The index of the rank vLLM gives request `request_id` to."""
-        from vllm.v1.engine.core_client import DPLBAsyncMPClient
+        from vllm.v1.engine.core_client import DPLBAsyncMPClient  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         client = self._client
         client.lb_engines = [[rank.waiting, rank.running, rank.kv_usage] for rank in ranks]

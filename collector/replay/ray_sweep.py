@@ -15,15 +15,17 @@ import tempfile
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from collector.model.trace_request import TraceRequest
 from collector.replay.replayer import ReplayOptions
-from collector.replay.traces import TraceError, TraceRequest
-from collector.replay.whatif import SweepPoint, replay_point
+from collector.replay.sweep_point import SweepPoint, replay_point
+from collector.replay.sweep_results import PointFigures
+from collector.replay.traces import TraceError
 from collector.store.run_file import StoreError
 from collector.unavailable import Unavailable
 
 CONNECT_TIMEOUT_S = 5.0  # ray.init itself retries an address nobody answers for minutes
+TOKEN_FILE = "~/.ray/auth_token"
 
 
 class RayUnavailable(Unavailable):
@@ -33,7 +35,7 @@ class RayUnavailable(Unavailable):
 def require_ray() -> str:
     """The version of this environment's Ray; `RayUnavailable` when it has none."""
     try:
-        import ray
+        import ray  # noqa: PLC0415 - Ray is the optional `ray` extra; only --ray loads it
     except ImportError as error:
         raise RayUnavailable(
             f"--ray runs the sweep's points as Ray tasks and needs Ray in this Python "
@@ -47,15 +49,41 @@ def ray_session(address: str) -> Iterator[None]:
     """Connected to the Ray cluster at `address` ("": wherever `ray.init()` finds one,
     else a new local instance) for the block's duration."""
     require_ray()
-    import ray
+    import ray  # noqa: PLC0415 - Ray is the optional `ray` extra; only --ray loads it
 
     _check_answers(address)
-    # log_to_driver off: the workers' logs would interleave with --json on stdout
-    ray.init(address=address or None, log_to_driver=False)
+    try:
+        # log_to_driver off: the workers' logs would interleave with --json on stdout
+        ray.init(address=address or None, log_to_driver=False)
+    except Exception as error:
+        if not _refused_for_its_token(error):
+            raise
+        ray.shutdown()
+        where = f"at {address}" if address else "that ray.init() found"
+        raise RayUnavailable(
+            f"the Ray cluster {where} refused this driver: its authentication token is missing "
+            f"or not the cluster's. A Ray started where {TOKEN_FILE} exists requires that "
+            "token (a local Ray, as `kvscope whatif --ray` without an address starts, writes "
+            "one); run again with RAY_AUTH_MODE=token and the cluster's token in "
+            f"{TOKEN_FILE} (or RAY_AUTH_TOKEN), or delete {TOKEN_FILE} and restart the cluster"
+        ) from None
     try:
         yield
     finally:
         ray.shutdown()
+
+
+def _refused_for_its_token(error: BaseException) -> bool:
+    """Whether Ray's refusal to connect was its token check's (Ray raises a ConnectionError
+    whose cause holds the AuthenticationError only as text)."""
+    from ray.exceptions import AuthenticationError  # noqa: PLC0415 - Ray is the optional `ray` extra; only --ray loads it
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, AuthenticationError) or "InvalidAuthToken" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _check_answers(address: str) -> None:
@@ -74,10 +102,10 @@ def replay_on_ray(
     planned: list[tuple[SweepPoint, ReplayOptions, Path]],
     source: Path,
     secret: bytes,
-) -> Generator[dict[str, Any], None, None]:
+) -> Generator[PointFigures, None, None]:
     """Replay each (point, options, run file) as one Ray task of one CPU, as many at once as
     the cluster allows; yield each point's figures once its run file is in place."""
-    import ray
+    import ray  # noqa: PLC0415 - Ray is the optional `ray` extra; only --ray loads it
 
     task = ray.remote(num_cpus=1)(_replay_remotely)
     requests_ref = ray.put(requests)
@@ -90,13 +118,13 @@ def replay_on_ray(
             done, _ = ray.wait(list(pending), num_returns=1)
             out_path = pending.pop(done[0])
             try:
-                row, run_bytes = ray.get(done[0])
+                figures, run_bytes = ray.get(done[0])
             except ray.exceptions.RayTaskError as error:
                 if isinstance(error.cause, TraceError | StoreError):
                     raise error.cause from None  # kvscope's own refusal, as a local replay's
                 raise
             _write_atomically(out_path, run_bytes)
-            yield row
+            yield figures
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -108,14 +136,14 @@ def _replay_remotely(
     options: ReplayOptions,
     source: str,
     secret: bytes,
-) -> tuple[dict[str, Any], bytes]:
+) -> tuple[PointFigures, bytes]:
     """On a Ray node: the point's figures and its run file's bytes."""
     with tempfile.TemporaryDirectory(prefix="kvscope-whatif-") as folder:
         out_path = Path(folder) / point.run_name
-        row = replay_point(
+        figures = replay_point(
             requests, point, options, out_path=out_path, source=Path(source), secret=secret
         )
-        return row, out_path.read_bytes()
+        return figures, out_path.read_bytes()
 
 
 def _write_atomically(path: Path, content: bytes) -> None:

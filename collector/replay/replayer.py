@@ -13,6 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from collector.model.step_model import StepModel
+from collector.model.trace_request import TraceRequest
 from collector.queries.summary import RunSummary, run_summary
 from collector.replay.block_manager import (
     CacheSettings,
@@ -21,7 +23,7 @@ from collector.replay.block_manager import (
     make_kv_cache_manager,
     require_vllm,
 )
-from collector.replay.cpu_tier import CpuTier
+from collector.replay.cpu_tier import TIER_POLICIES, CpuTier
 from collector.replay.fleet import (
     ROUTERS,
     MakeHooks,
@@ -34,12 +36,12 @@ from collector.replay.scheduler_replay import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     SchedulerLimits,
     SchedulerReplay,
-    TierSettings,
     run_engines,
 )
-from collector.replay.simulator import CacheTooSmall, Simulator, StepModel, VirtualClock
+from collector.replay.scheduler_tier import TierSettings
+from collector.replay.simulator import CacheTooSmall, Simulator, VirtualClock
 from collector.replay.tier_events import TierEvents
-from collector.replay.traces import TraceError, TraceRequest, read_trace
+from collector.replay.traces import TraceError, read_trace
 from collector.store.run_file import RunConfig, RunStore, StoreError
 from engine_hooks.buffer import EventBuffer
 from engine_hooks.hooks import KVCacheHooks
@@ -76,8 +78,6 @@ class ReplayOptions:
         return self.engines * self.dp_size
 
     def __post_init__(self) -> None:
-        from collector.replay.cpu_tier import TIER_POLICIES
-
         if self.cpu_tier_blocks < 0:
             raise ValueError(f"--cpu-tier-blocks must be 0 or more, got {self.cpu_tier_blocks}")
         if self.cpu_tier_policy not in TIER_POLICIES:
@@ -120,8 +120,8 @@ class ReplayOptions:
 
 
 def load_requests(trace_path: Path, options: ReplayOptions) -> list[TraceRequest]:
-    requests = read_trace(trace_path, options.trace_format)
-    return requests[: options.limit] if options.limit else requests
+    """The trace's requests, its first `--limit` only (no line after them is read)."""
+    return read_trace(trace_path, options.trace_format, options.limit)
 
 
 def replay(

@@ -15,6 +15,7 @@ The worker side's copies need a GPU, so a stand-in worker reports every planned 
 at the end of the step that planned it (what is cached where is the connector's; how long a
 copy takes is not modelled). The tier's stores and drops are the KV events of medium "CPU"
 that the scheduler publishes, recorded as a live engine's are (collector/replay/tier_events.py).
+The connector's settings and the stand-ins are in scheduler_tier.py.
 
 A step lasts `step_ms`, plus `prefill_us_per_token` for each prompt token it computes (a
 resumed request's recomputed output tokens too) and `decode_us_per_token` for each decoded
@@ -25,14 +26,15 @@ needs a `config.json` (no weights, no tokenizer), with the replay's KV cache gro
 from __future__ import annotations
 
 import json
-import mmap
 import tempfile
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collector.model.step_model import StepModel
+from collector.model.trace_request import TraceRequest, output_token
 from collector.replay.block_manager import (
     MAX_MODEL_LEN,
     CacheSettings,
@@ -40,24 +42,23 @@ from collector.replay.block_manager import (
     kv_cache_config,
     quiet_torch_imports,
 )
-from collector.replay.simulator import (
-    CacheTooSmall,
-    StepModel,
-    VirtualClock,
-    output_token,
-    vllm_request,
+from collector.replay.scheduler_tier import (
+    TierPublisher,
+    TierSettings,
+    offloading_config,
+    transfers_done,
+    transfers_planned,
 )
+from collector.replay.simulator import CacheTooSmall, VirtualClock, vllm_request
 from collector.replay.tier_events import TierEvents
-from collector.replay.traces import TraceRequest
 from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.scheduler_hooks import SchedulerHooks
+from engine_hooks.vllm_api import model_runner_output
 
 if TYPE_CHECKING:
-    from vllm.config import KVTransferConfig
     from vllm.v1.core.kv_cache_utils import BlockHash
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import KVCacheConfig
 
     from collector.replay.block_manager import BlockHasher
 
@@ -77,14 +78,6 @@ MODEL_CONFIG = {
     "torch_dtype": "float16",
 }
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve`'s default on a GPU with chunked prefill
-
-
-@dataclass(frozen=True)
-class TierSettings:
-    """A CPU tier of `num_blocks` GPU-block-sized chunks under vLLM's `policy`."""
-
-    num_blocks: int
-    policy: str = "lru"
 
 
 @dataclass(frozen=True)
@@ -111,7 +104,7 @@ def make_scheduler(
     """vLLM's Scheduler with the settings' pool and KV cache groups, on the CPU; with `tier`,
     vLLM's native CPU offloading as `--kv-offloading-size` sets it up (its KV events on)."""
     quiet_torch_imports()
-    from vllm.config import (
+    from vllm.config import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         CacheConfig,
         DeviceConfig,
         LoRAConfig,
@@ -119,9 +112,9 @@ def make_scheduler(
         SchedulerConfig,
         VllmConfig,
     )
-    from vllm.config.kv_events import KVEventsConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.config.kv_events import KVEventsConfig  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.core.sched.scheduler import Scheduler  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.structured_output import StructuredOutputManager  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     (model_dir / "config.json").write_text(json.dumps(MODEL_CONFIG))
     model = ModelConfig(
@@ -147,7 +140,7 @@ def make_scheduler(
         cache_config=cache,
         device_config=DeviceConfig(device="cpu"),
         lora_config=LoRAConfig(max_loras=limits.max_loras) if lora else None,
-        kv_transfer_config=_offloading(config, tier) if tier else None,
+        kv_transfer_config=offloading_config(config, tier) if tier else None,
         kv_events_config=KVEventsConfig(enable_kv_cache_events=tier is not None, publisher="null"),
     )
     return Scheduler(
@@ -160,53 +153,26 @@ def make_scheduler(
     )
 
 
-def _offloading(config: KVCacheConfig, tier: TierSettings) -> KVTransferConfig:
-    """The OffloadingConnector as `--kv-offloading-size` configures it, sized to hold
-    `tier.num_blocks` of the replay's blocks (vLLM rounds each chunk up to whole memory pages,
-    and the replay's tiny blocks are smaller than one)."""
-    from vllm.config import KVTransferConfig
-
-    (group,) = config.kv_cache_groups
-    page_bytes = -(-group.kv_cache_spec.page_size_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
-    return KVTransferConfig(
-        kv_connector="OffloadingConnector",
-        kv_role="kv_both",
-        kv_connector_extra_config={
-            "cpu_bytes_to_use": tier.num_blocks * page_bytes,
-            "eviction_policy": tier.policy,
-        },
-    )
-
-
+@dataclass(eq=False)
 class SchedulerReplay:
     """One replay through vLLM's Scheduler, hooks attached (a bare run without them)."""
 
-    def __init__(
-        self,
-        settings: CacheSettings,
-        limits: SchedulerLimits,
-        *,
-        step_model: StepModel,
-        block_hasher: BlockHasher,
-        clock: VirtualClock,
-        on_step: Callable[[], None],
-        tier: TierSettings | None = None,
-        tier_events: TierEvents | None = None,
-    ) -> None:
-        self.settings = settings
-        self.limits = limits
-        self.tier = tier
-        self.tier_events = tier_events
-        self.step_model = step_model
-        self.block_hasher = block_hasher
-        self.clock = clock
-        self.on_step = on_step
-        self.scheduler: Any = None
-        self.steps = 0  # steps that scheduled something
-        self.prefix_cache_queries = 0  # vLLM's own PrefixCacheStats, summed over the steps
-        self.prefix_cache_hits = 0
-        self._trace: dict[str, tuple[int, TraceRequest]] = {}
-        self._attached: SchedulerHooks | None = None
+    settings: CacheSettings
+    limits: SchedulerLimits
+    _: KW_ONLY
+    step_model: StepModel
+    block_hasher: BlockHasher
+    clock: VirtualClock
+    on_step: Callable[[], None]
+    tier: TierSettings | None = None
+    tier_events: TierEvents | None = None
+    scheduler: Any = field(init=False, default=None)
+    steps: int = field(init=False, default=0)  # steps that scheduled something
+    # vLLM's own PrefixCacheStats, summed over the steps
+    prefix_cache_queries: int = field(init=False, default=0)
+    prefix_cache_hits: int = field(init=False, default=0)
+    _trace: dict[str, tuple[int, TraceRequest]] = field(init=False, default_factory=dict)
+    _attached: SchedulerHooks | None = field(init=False, default=None)
 
     def run(
         self,
@@ -236,7 +202,7 @@ class SchedulerReplay:
                 self.settings, self.limits, Path(model_dir), lora, self.tier
             )
         if self.tier_events is not None:
-            self.scheduler.kv_event_publisher = _TierPublisher(self.tier_events, self.clock)
+            self.scheduler.kv_event_publisher = TierPublisher(self.tier_events, self.clock)
         if hooks is not None:
             self._attached = SchedulerHooks(self.scheduler, hooks(self.scheduler), self._tenant)
             self._attached.attach()
@@ -292,7 +258,7 @@ class SchedulerReplay:
         self.clock.set_ms(now_ms)
         output = scheduler.schedule()
         idle = output.total_num_scheduled_tokens == 0
-        waiting = idle and not (self.tier and _transfers_planned(output))
+        waiting = idle and not (self.tier and transfers_planned(output))
         stuck = bool(waiting and scheduler.get_num_unfinished_requests())
         prefill, decode = self._tokens(output)
         results = scheduler.update_from_output(output, self._model_output(output))
@@ -329,19 +295,16 @@ class SchedulerReplay:
 
     def _model_output(self, output: SchedulerOutput) -> Any:
         """What a model runner returns: a token for each request this step completes."""
-        from vllm.v1.outputs import ModelRunnerOutput
-
         request_ids = list(output.num_scheduled_tokens)
         sampled = []
         for request_id in request_ids:
             request = self.scheduler.requests[request_id]
             done = request.num_computed_tokens >= request.num_tokens
             sampled.append([self._next_token(request)] if done else [])
-        return ModelRunnerOutput(
-            req_ids=request_ids,
-            req_id_to_index={request_id: i for i, request_id in enumerate(request_ids)},
+        return model_runner_output(
+            request_ids,
             sampled_token_ids=sampled,
-            kv_connector_output=_transfers_done(output) if self.tier else None,
+            kv_connector_output=transfers_done(output) if self.tier else None,
         )
 
     def _next_token(self, request: Any) -> int:
@@ -389,50 +352,3 @@ def run_engines(
             if not pending:
                 raise engines[following].too_small()
             now_ms[following] = pending[0].timestamp_ms
-
-
-def _transfers_planned(output: SchedulerOutput) -> bool:
-    """Whether the offloading connector planned loads or stores in the step: a step that
-    only loads a request's blocks back schedules no token, and is no sign of a full pool."""
-    plan: Any = output.kv_connector_metadata
-    return bool(plan.load_jobs or plan.store_jobs)
-
-
-def _transfers_done(output: SchedulerOutput) -> Any:
-    """What the offloading worker reports at the end of a step: every transfer the connector
-    planned for it done, and the requests whose loads those were ready to run."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
-        OffloadingWorkerMetadata,
-    )
-    from vllm.v1.outputs import KVConnectorOutput
-
-    plan: Any = output.kv_connector_metadata  # the OffloadingConnector's metadata
-    jobs = {**plan.load_jobs, **plan.store_jobs}
-    loaded = {job.req_id for job in plan.load_jobs.values()}
-    return KVConnectorOutput(
-        finished_recving=loaded or None,
-        kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=dict.fromkeys(jobs, 1)),
-    )
-
-
-class _TierPublisher:
-    """Stands in for the scheduler's KV event publisher: keeps the tier's events (medium
-    "CPU"), read as a collector reads them off the wire, at the replay's clock."""
-
-    def __init__(self, tier_events: TierEvents, clock: VirtualClock) -> None:
-        self._tier_events = tier_events
-        self._clock = clock
-
-    def publish(self, batch: Any) -> None:
-        import msgspec
-        from vllm.distributed.kv_events import KVEventBatch
-
-        from collector.live.vllm_kv.wire import decode_batch
-
-        tier = [event for event in batch.events if getattr(event, "medium", None) == "CPU"]
-        if tier:
-            payload = msgspec.msgpack.encode(KVEventBatch(ts=batch.ts, events=tier))
-            self._tier_events.append(self._clock(), decode_batch(payload).events)
-
-    def shutdown(self) -> None:
-        pass

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
+from collector.model.step_model import StepModel
+from collector.model.trace_request import TraceRequest, output_token
 from collector.replay.block_manager import make_request
-from collector.replay.traces import TraceRequest
 from engine_hooks.hooks import KVCacheHooks
 
 if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without it
@@ -44,7 +45,6 @@ if TYPE_CHECKING:  # vLLM is imported where it runs, so `kvscope` starts without
     from collector.replay.cpu_tier import CpuTier
 
 NS_PER_MS = 1_000_000
-OUTPUT_TOKEN_BASE = 1_000_000_000
 
 
 class CacheTooSmall(ValueError):
@@ -65,15 +65,6 @@ class CacheTooSmall(ValueError):
         )
 
 
-def output_token(trace_request: TraceRequest, index: int, position: int) -> int:
-    """The output token at `position` of the trace's request number `index`: the trace's own
-    where it has one, else one no prompt holds (unique to the request and the position)."""
-    recorded = trace_request.output_token_ids
-    if recorded is not None and position < len(recorded):
-        return int(recorded[position])
-    return OUTPUT_TOKEN_BASE + (index << 12) + position
-
-
 def vllm_request(trace_request: TraceRequest, block_hasher: BlockHasher) -> Request:
     """The vLLM `Request` of a trace's request, arriving at its trace time."""
     return make_request(
@@ -85,15 +76,6 @@ def vllm_request(trace_request: TraceRequest, block_hasher: BlockHasher) -> Requ
         lora_name=trace_request.lora,
         cache_salt=trace_request.cache_salt,
     )
-
-
-@dataclass(frozen=True)
-class StepModel:
-    """How long a simulated engine step takes (timestamps and scheduler timings)."""
-
-    step_ms: float = 10.0
-    prefill_us_per_token: float = 25.0
-    decode_us_per_token: float = 0.0  # the scheduler timing's; the step model decodes in step_ms
 
 
 class VirtualClock:
@@ -109,26 +91,18 @@ class VirtualClock:
         self.now_ns = round(milliseconds * NS_PER_MS)
 
 
+@dataclass(eq=False)
 class Simulator:
     """One replay: a manager, its hooks (None for a bare run), a clock, a callback per step."""
 
-    def __init__(
-        self,
-        manager: KVCacheManager,
-        hooks: KVCacheHooks | None,
-        clock: VirtualClock,
-        block_hasher: BlockHasher,
-        on_step: Callable[[], None],
-        *,
-        tier: CpuTier | None = None,
-    ) -> None:
-        self.manager = manager
-        self.tier = tier
-        self.hooks = hooks
-        self.clock = clock
-        self.block_hasher = block_hasher
-        self.on_step = on_step
-        self._index: dict[str, int] = {}
+    manager: KVCacheManager
+    hooks: KVCacheHooks | None
+    clock: VirtualClock
+    block_hasher: BlockHasher
+    on_step: Callable[[], None]
+    _: KW_ONLY
+    tier: CpuTier | None = None
+    _index: dict[str, int] = field(init=False, default_factory=dict)
 
     # -- shared steps ---------------------------------------------------------------
 
@@ -144,7 +118,7 @@ class Simulator:
 
         Returns the number of tokens the prefill computes, or None when it does not fit.
         """
-        from vllm.v1.request import RequestStatus
+        from vllm.v1.request import RequestStatus  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         blocks, num_hit_tokens, boundary = self.manager.get_computed_blocks(request)
         # As the scheduler does: a window group then keeps the blocks at the boundary of a
@@ -199,7 +173,7 @@ class Simulator:
         ]
 
     def _finish(self, request: Request) -> None:
-        from vllm.v1.request import RequestStatus
+        from vllm.v1.request import RequestStatus  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         self.manager.free(request)
@@ -303,7 +277,7 @@ class Simulator:
                 )
 
     def _preempt(self, victim: Request) -> None:
-        from vllm.v1.request import RequestStatus
+        from vllm.v1.request import RequestStatus  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         self.manager.free(victim)
         victim.status = RequestStatus.PREEMPTED

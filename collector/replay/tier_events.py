@@ -7,16 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collector.live.vllm_kv.conflicts import HashConflictDetector
-from collector.live.vllm_kv.ingest import append_vllm_batches
-from collector.live.vllm_kv.wire import (
-    BlockRemoved,
-    BlockStored,
-    KVEventBatch,
-    ReceivedBatch,
-    WireEvent,
-)
 from collector.store.run_file import RunStore
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import BlockRemoved, BlockStored, KVEventBatch, ReceivedBatch, WireEvent
 
 ENDPOINT = "replay:cpu-tier"
 MEDIUM = "CPU"  # vLLM's MEDIUM_CPU

@@ -4,7 +4,14 @@ Mooncake (`hash_ids`): one id per 512-token block, prefix-chained. Each id expan
 deterministic run of 512 token ids (`id * 512 + offset`): equal ids give equal tokens, so
 vLLM's own hashing sees equal blocks as equal, and different ids never share a token.
 
-kvscope (`token_ids`): see README.md, "Request-trace format".
+kvscope (`token_ids`): see docs/trace-formats.md, "kvscope's request trace".
+
+Reading holds one line at a time, and a line is bounded before it is parsed: at most
+MAX_LINE_BYTES bytes (two lists of MAX_TOKENS token ids of ten digits and a separator each,
+the prompt's and the output's, plus 64 KiB for the other fields) and MAX_LINE_VALUES values
+(counted by their commas), so a line that could not hold a valid request is refused as soon
+as it has been read that far, never held whole: a gzip of one line of gigabytes is refused
+after its first MAX_LINE_BYTES. `limit` reads no further than its last request.
 """
 
 from __future__ import annotations
@@ -12,18 +19,28 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-MOONCAKE_BLOCK_TOKENS = 512
+from collector.model.trace_request import MOONCAKE_BLOCK_TOKENS, TraceRequest
+
 MAX_TOKEN_ID = 2**31 - 1
 MAX_HASH_ID = MAX_TOKEN_ID // MOONCAKE_BLOCK_TOKENS  # its 512 token ids stay valid ids
 MAX_TOKENS = 2**24  # prompt or output tokens of one request: far past any model's context
 MAX_TIMESTAMP_MS = 10**12  # 31 years after the trace starts; the replay clock is int64 ns
 MAX_LABEL_LENGTH = 256
+# A line's bounds, from the token limit: its prompt and output token ids, each of up to ten
+# digits and ", "; and its values: a list's values after its first follow a comma each.
+MAX_LINE_BYTES = 2 * MAX_TOKENS * len(f"{MAX_TOKEN_ID}, ") + 2**16  # 402,718,720
+MAX_LINE_VALUES = 2 * MAX_TOKENS + 2**16
+# Object members: a trace line has a dozen fields; each member's name ends in `":` (a quote
+# inside a string is escaped, so a string's `\":` counts too: never fewer than there are).
+MAX_LINE_MEMBERS = 2**16
+_MEMBER = re.compile(rb'"[ \t\r\n]*:')
+READ_BYTES = 2**20  # a long line is read this much at a time
 FORMATS = ("auto", "mooncake", "kvscope")
 
 
@@ -43,37 +60,11 @@ class TraceError(ValueError):
         return TraceError, (self.path, self.line, self.reason)
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    """One request of a trace, validated; prompt tokens are expanded on demand."""
-
-    line: int
-    request_id: str
-    timestamp_ms: float
-    num_prompt_tokens: int
-    output_length: int
-    tenant: str | None = None
-    lora: str | None = None
-    cache_salt: str | None = None
-    token_ids: tuple[int, ...] | None = None
-    hash_ids: tuple[int, ...] | None = None
-    output_token_ids: tuple[int, ...] | None = None
-
-    def prompt_token_ids(self) -> list[int]:
-        """The prompt as token ids (Mooncake ids expanded, cut at the input length)."""
-        if self.token_ids is not None:
-            return list(self.token_ids)
-        assert self.hash_ids is not None
-        tokens: list[int] = []
-        for block_id in self.hash_ids:
-            start = block_id * MOONCAKE_BLOCK_TOKENS
-            tokens.extend(range(start, start + MOONCAKE_BLOCK_TOKENS))
-        del tokens[self.num_prompt_tokens :]
-        return tokens
-
-
-def read_trace(path: Path, trace_format: str = "auto") -> list[TraceRequest]:
-    """Read and validate a whole trace; raise `TraceError` at the first bad line."""
+def read_trace(
+    path: Path, trace_format: str = "auto", limit: int | None = None
+) -> list[TraceRequest]:
+    """Read and validate a trace, its first `limit` requests only when given (no line after
+    the last of them is read); raise `TraceError` at the first bad line."""
     if trace_format not in FORMATS:
         raise ValueError(f"unknown trace format {trace_format!r}; use one of {FORMATS}")
     requests: list[TraceRequest] = []
@@ -81,10 +72,13 @@ def read_trace(path: Path, trace_format: str = "auto") -> list[TraceRequest]:
     with _open_text(path) as handle:
         for line_number, text in _numbered_lines(path, handle):
             request = _parse_line(path, line_number, text, trace_format, len(requests))
+            del text  # before the next line is read
             if request.request_id in seen_ids:
                 raise TraceError(path, line_number, f"duplicate request_id {request.request_id!r}")
             seen_ids.add(request.request_id)
             requests.append(request)
+            if len(requests) == limit:
+                break
     if not requests:
         raise TraceError(path, 0, "the trace holds no requests")
     return requests
@@ -102,17 +96,55 @@ def _open_text(path: Path) -> Any:
 
 
 def _numbered_lines(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
+    """Each non-blank line's number and text, every line bounded before it is decoded."""
     line_number = 0
     try:
-        for line_number, raw in enumerate(handle, start=1):
+        while raw := _bounded_line(path, line_number + 1, handle):
+            line_number += 1
+            _check_values(path, line_number, raw)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise TraceError(path, line_number, f"not UTF-8 text: {error.reason}") from None
+            del raw  # one copy of a long line at a time
             if text.strip():
                 yield line_number, text
+            del text
     except (OSError, EOFError, zlib.error) as error:
         raise TraceError(path, line_number + 1, f"cannot read: {error}") from error
+
+
+def _bounded_line(path: Path, line_number: int, handle: Any) -> bytearray:
+    """The next line's bytes (empty at the end), read READ_BYTES at a time; a line longer
+    than MAX_LINE_BYTES is refused once that much of it has been read."""
+    line = bytearray()
+    while piece := handle.readline(READ_BYTES):
+        line += piece
+        if len(line) - line.endswith(b"\n") > MAX_LINE_BYTES:
+            raise TraceError(
+                path,
+                line_number,
+                f"line longer than {MAX_LINE_BYTES:,} bytes, more than a request of "
+                f"{MAX_TOKENS:,} prompt and {MAX_TOKENS:,} output tokens takes",
+            )
+        if line.endswith(b"\n"):
+            break
+    return line
+
+
+def _check_values(path: Path, line_number: int, raw: bytearray) -> None:
+    """Refuse a line that would parse into more values or object members than a request
+    holds, before it is parsed."""
+    if raw.count(b",") > MAX_LINE_VALUES:
+        raise TraceError(
+            path,
+            line_number,
+            f"more than {MAX_LINE_VALUES:,} values, more than a request of {MAX_TOKENS:,} "
+            f"prompt and {MAX_TOKENS:,} output tokens holds",
+        )
+    for members, _ in enumerate(_MEMBER.finditer(raw), start=1):
+        if members > MAX_LINE_MEMBERS:
+            raise TraceError(path, line_number, f"more than {MAX_LINE_MEMBERS:,} object members")
 
 
 def parse_json_object(path: Path, line: int, text: str) -> dict[str, Any]:
@@ -145,7 +177,9 @@ def _parse_line(path: Path, line: int, text: str, trace_format: str, index: int)
 
 def _mooncake_request(fields: _Fields, index: int) -> TraceRequest:
     input_length = fields.integer("input_length", minimum=1, maximum=MAX_TOKENS)
-    hash_ids = fields.integer_list("hash_ids", maximum=MAX_HASH_ID)
+    hash_ids = fields.integer_list(
+        "hash_ids", maximum=MAX_HASH_ID, max_length=-(-MAX_TOKENS // MOONCAKE_BLOCK_TOKENS)
+    )
     expected = math.ceil(input_length / MOONCAKE_BLOCK_TOKENS)
     if len(hash_ids) != expected:
         fields.fail(
@@ -166,8 +200,6 @@ def _kvscope_request(fields: _Fields, index: int) -> TraceRequest:
     token_ids = fields.integer_list("token_ids")
     if not token_ids:
         fields.fail("'token_ids' is empty")
-    if len(token_ids) > MAX_TOKENS:
-        fields.fail(f"'token_ids' has {len(token_ids)} tokens, more than {MAX_TOKENS}")
     output_length = fields.integer("output_length", minimum=0, maximum=MAX_TOKENS)
     output_token_ids = fields.optional_integer_list("output_token_ids")
     if output_token_ids is not None and len(output_token_ids) != output_length:
@@ -223,17 +255,25 @@ class _Fields:
             self.fail(f"'{name}' must be from {minimum} to {maximum}, got {_shown(value)}")
         return int(value)
 
-    def integer_list(self, name: str, maximum: int = MAX_TOKEN_ID) -> list[int]:
+    def integer_list(
+        self, name: str, maximum: int = MAX_TOKEN_ID, max_length: int = MAX_TOKENS
+    ) -> list[int]:
         value = self._required(name)
-        return self._check_integer_list(name, value, maximum)
+        return self._check_integer_list(name, value, maximum, max_length)
 
     def optional_integer_list(self, name: str) -> list[int] | None:
         value = self.row.get(name)
-        return None if value is None else self._check_integer_list(name, value, MAX_TOKEN_ID)
+        if value is None:
+            return None
+        return self._check_integer_list(name, value, MAX_TOKEN_ID, MAX_TOKENS)
 
-    def _check_integer_list(self, name: str, value: Any, maximum: int) -> list[int]:
+    def _check_integer_list(
+        self, name: str, value: Any, maximum: int, max_length: int
+    ) -> list[int]:
         if not isinstance(value, list):
             self.fail(f"'{name}' must be a list of integers, got {type(value).__name__}")
+        if len(value) > max_length:  # before its items are checked one by one
+            self.fail(f"'{name}' has {len(value)} items, more than {max_length}")
         for position, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, int) or item < 0:
                 self.fail(

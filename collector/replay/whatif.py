@@ -4,57 +4,46 @@ Each point of the sweep (block size x pool size x max running requests x CPU tie
 is a full replay into its own run file, so the app and `kvscope summary` read it like any
 run; the points run in parallel processes (each loads the requests once), or as tasks on a
 Ray cluster (collector/replay/ray_sweep.py). `whatif.json` beside the run files lists every
-point's figures.
+point's figures. A point's settings, replay and figures are collector/replay/sweep_point.py's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import product
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+import msgspec
 
 from collector.model.block_stream import num_kv_tokens
-from collector.model.kv_memory import KVSpec, gib_for_blocks
-from collector.replay.replayer import ReplayOptions, replay_requests
-from collector.replay.traces import TraceError, TraceRequest, read_trace
+from collector.model.kv_memory import KVSpec, blocks_for_gib
+from collector.model.step_model import StepModel
+from collector.model.trace_request import TraceRequest
+from collector.queries.config import RunRow, recorded_options, run_config
+from collector.queries.requests import requests_from_run
+from collector.replay.ray_sweep import ray_session, replay_on_ray
+from collector.replay.replayer import ReplayOptions
+from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from collector.replay.sweep_point import SweepPoint, replay_point
+from collector.replay.sweep_results import PointFigures, SweepResult, WhatIfSweep
+from collector.replay.traces import TraceError, read_trace
+from collector.store.parquet_dataset import is_dataset
 from collector.store.run_file import RunStore, StoreError
 
 RESULTS_FILE = "whatif.json"
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One configuration of a sweep."""
-
-    block_size: int
-    num_blocks: int
-    max_num_seqs: int
-    cpu_tier_blocks: int = 0
-    cpu_tier_policy: str = "lru"
-    engines: int = 1  # a fleet of this many engines behind `router`
-    router: str = "round-robin"
-
-    @property
-    def run_name(self) -> str:
-        tier = f"-tier{self.cpu_tier_blocks}{self.cpu_tier_policy}" * (self.cpu_tier_blocks > 0)
-        fleet = f"-engines{self.engines}-{self.router}" * (self.engines > 1)
-        return (
-            f"bs{self.block_size}-blocks{self.num_blocks}-seqs{self.max_num_seqs}{tier}{fleet}"
-            ".duckdb"
-        )
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where the requests come from: a trace, or a run file's recorded requests."""
+    """Where the requests come from: a trace, or a run's recorded requests."""
 
     path: Path
     trace_format: str = "auto"
@@ -62,20 +51,74 @@ class Source:
 
     @property
     def is_run(self) -> bool:
-        return self.path.suffix == ".duckdb"
+        """A run file, or a run exported as a Parquet dataset."""
+        return self.path.suffix == ".duckdb" or is_dataset(self.path)
 
     def load(self) -> list[TraceRequest]:
         if self.is_run:
-            from collector.queries.requests import requests_from_run
-
             store = RunStore.open(self.path)
             try:
                 requests = requests_from_run(store, self.path)
             finally:
                 store.close()
         else:
-            requests = read_trace(self.path, self.trace_format)
+            requests = read_trace(self.path, self.trace_format, self.limit)
         return requests[: self.limit] if self.limit else requests
+
+    def defaults(self) -> RunDefaults:
+        """The settings the source run recorded, as a sweep's defaults; kvscope's for a
+        trace."""
+        if not self.is_run:
+            return RunDefaults()
+        store = RunStore.open(self.path)
+        try:
+            return run_defaults(run_config(store))
+        finally:
+            store.close()
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """What a sweep replays at where its flags name nothing: the source run's own settings
+    (`run_defaults`), else these."""
+
+    block_size: int = 16
+    num_blocks: int = 20_000
+    max_num_seqs: int = 256
+    timing: str = "scheduler"
+    hash_algo: str = "sha256"
+    kv_layout: str = "full"
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    engines: int = 1
+    router: str = "round-robin"
+    dp_size: int = 1
+    step_model: StepModel = field(default_factory=StepModel)
+    reveal_tenants: bool = False  # a run's tenant labels are already what it chose to store
+
+
+def run_defaults(config: RunRow) -> RunDefaults:
+    """A run's settings as a sweep's defaults: its runs row's where set, the options it
+    recorded where given (a live capture records fewer than a replay), kvscope's elsewhere."""
+    options = recorded_options(config)
+    kvscope = RunDefaults()
+    return RunDefaults(
+        block_size=_set_or(config["block_size"], kvscope.block_size),
+        num_blocks=_set_or(config["num_blocks"], kvscope.num_blocks),
+        max_num_seqs=_set_or(config["max_num_seqs"], kvscope.max_num_seqs),
+        timing=_set_or(config["timing"], kvscope.timing),
+        hash_algo=_set_or(config["hash_algo"], kvscope.hash_algo),
+        kv_layout=options.kv_layout or kvscope.kv_layout,
+        max_num_batched_tokens=options.max_num_batched_tokens or kvscope.max_num_batched_tokens,
+        engines=options.engines or kvscope.engines,
+        router=options.router or kvscope.router,
+        dp_size=options.dp_size or kvscope.dp_size,
+        step_model=options.step_model or kvscope.step_model,
+        reveal_tenants=True,
+    )
+
+
+def _set_or(value: T | None, default: T) -> T:
+    return default if value is None else value
 
 
 def sweep_points(
@@ -92,8 +135,6 @@ def sweep_points(
     through the model's KV spec, so every block size gets the same memory); CPU tiers as
     (blocks, policy), (0, ...) for none; fleets as (engines, router), (1, ...) for one
     engine."""
-    from collector.model.kv_memory import blocks_for_gib
-
     points = []
     tier_choices = sorted({(blocks, policy if blocks else "lru") for blocks, policy in tiers})
     fleet_choices = sorted(
@@ -139,46 +180,12 @@ def _load_requests(source: Source) -> None:
     _worker_requests = source.load()
 
 
-def replay_point(
-    requests: list[TraceRequest],
-    point: SweepPoint,
-    options: ReplayOptions,
-    *,
-    out_path: Path,
-    source: Path,
-    secret: bytes,
-) -> dict[str, Any]:
-    """Replay one point into `out_path`; its figures, as `whatif.json` lists them."""
-    started = time.perf_counter()
-    summary: Mapping[str, Any] = replay_requests(requests, source, out_path, options, secret)
-    return {
-        **asdict(point),
-        "dp_size": options.dp_size,
-        "seconds": round(time.perf_counter() - started, 2),
-        "run": out_path.name,
-        **{name: summary[name] for name in _FIGURES},
-    }
-
-
 def _replay_in_worker(
     point: SweepPoint, options: ReplayOptions, out_path: Path, source: Path, secret: bytes
-) -> dict[str, Any]:
+) -> PointFigures:
     return replay_point(
         _worker_requests, point, options, out_path=out_path, source=source, secret=secret
     )
-
-
-_FIGURES = (
-    "token_hit_ratio",
-    "block_hit_ratio",
-    "hit_tokens",
-    "prompt_tokens",
-    "evictions",
-    "preemptions",
-    "requests",
-    "tier_hit_tokens",
-    "tier_token_hit_ratio",
-)
 
 
 def run_sweep(
@@ -191,7 +198,7 @@ def run_sweep(
     jobs: int,
     progress: Callable[[int], None] = lambda _: None,
     ray_address: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[PointFigures]:
     """Replay every point into `out_dir`, `jobs` at a time in local processes, or as tasks on
     the Ray cluster at `ray_address` ("": wherever `ray.init()` finds one); return each
     point's figures, the same either way.
@@ -209,12 +216,10 @@ def run_sweep(
         if ray_address is None:
             replayed = _replay_in_processes(source, planned, secret, jobs)
         else:
-            from collector.replay.ray_sweep import ray_session, replay_on_ray
-
             stack.enter_context(ray_session(ray_address))  # before anything is written
             replayed = replay_on_ray(requests, planned, source.path, secret)
         out_dir.mkdir(parents=True, exist_ok=True)
-        results: list[dict[str, Any]] = []
+        results: list[PointFigures] = []
         try:
             for row in replayed:
                 results.append(row)
@@ -224,18 +229,7 @@ def run_sweep(
             for _, _, path in planned:
                 path.unlink(missing_ok=True)
             raise
-    results.sort(
-        key=lambda row: (
-            row["block_size"],
-            row["max_num_seqs"],
-            row["num_blocks"],
-            row["cpu_tier_blocks"],
-            row["cpu_tier_policy"],
-            row["engines"],
-            row["router"],
-        )
-    )
-    return results
+    return sorted(results, key=lambda result: result.order)
 
 
 def _replay_in_processes(
@@ -243,7 +237,7 @@ def _replay_in_processes(
     planned: list[tuple[SweepPoint, ReplayOptions, Path]],
     secret: bytes,
     jobs: int,
-) -> Generator[dict[str, Any], None, None]:
+) -> Generator[PointFigures, None, None]:
     # spawn: vLLM, torch and DuckDB start clean in each worker
     with ProcessPoolExecutor(
         max_workers=max(1, min(jobs, len(planned))),
@@ -273,33 +267,34 @@ def _options(base: ReplayOptions, point: SweepPoint) -> ReplayOptions:
     )
 
 
-def write_results(
-    out_dir: Path, source: Source, base: ReplayOptions, spec: KVSpec, results: list[dict[str, Any]]
-) -> Path:
-    """`whatif.json`: the source, the replay options, the KV spec and every point's figures
-    (with the GiB of KV cache each pool takes under that spec); written atomically."""
-    for row in results:
-        row["kv_gib"] = round(gib_for_blocks(spec, row["block_size"], row["num_blocks"]), 3)
-    document = {
-        "source": str(source.path),
-        "timing": base.timing,
-        "hash_algo": base.settings.hash_algo,
-        "kv_layout": base.settings.kv_layout,
-        "kv_spec": spec.to_dict(),
-        "results": results,
-    }
+def sweep_document(
+    source: Source, base: ReplayOptions, spec: KVSpec, results: list[PointFigures]
+) -> WhatIfSweep:
+    """The sweep's source, replay options and KV spec, and every point's figures with the
+    GiB of KV cache each pool takes under that spec."""
+    return WhatIfSweep(
+        source=str(source.path),
+        timing=base.timing,
+        hash_algo=base.settings.hash_algo,
+        kv_layout=base.settings.kv_layout,
+        kv_spec=spec,
+        results=[SweepResult.of(figures, spec) for figures in results],
+    )
+
+
+def write_results(out_dir: Path, sweep: WhatIfSweep) -> Path:
+    """`whatif.json` in `out_dir`, written atomically."""
     path = out_dir / RESULTS_FILE
     temporary = out_dir / f".{RESULTS_FILE}.tmp-{os.getpid()}"
-    temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    temporary.write_text(json.dumps(sweep.to_json(), indent=2, sort_keys=True) + "\n")
     temporary.replace(path)
     return path
 
 
-def read_results(out_dir: Path) -> dict[str, Any]:
+def read_results(out_dir: Path) -> WhatIfSweep:
     """A sweep's `whatif.json`."""
     path = out_dir / RESULTS_FILE
     try:
-        document: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        return msgspec.json.decode(path.read_bytes(), type=WhatIfSweep)
+    except (OSError, msgspec.DecodeError) as error:
         raise TraceError(path, 0, f"not a kvscope what-if result: {error}") from error
-    return document

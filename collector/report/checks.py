@@ -7,7 +7,7 @@ Every check judges the candidate. A check is named by a stable id (`token_hit_ra
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from collector.queries.tenants import tenant_label
 from collector.report.figures import RunFigures
@@ -56,11 +56,31 @@ def run_checks(baseline: RunFigures, candidate: RunFigures, thresholds: Threshol
         _tokens_saved_check(baseline, candidate, thresholds),
         _evictions_check(baseline, candidate, thresholds),
         _regret_check(baseline, candidate, thresholds),
-        _free_blocks_check(baseline, candidate, thresholds),
+        _ratio_check(
+            "min_free_blocks",
+            "fewest free blocks, as a share of the pool",
+            baseline.min_free_share,
+            candidate.min_free_share,
+            thresholds.min_free_blocks,
+        ),
         _pool_empty_check(baseline, candidate, thresholds),
-        _preemptions_check(baseline, candidate, thresholds),
-        _collisions_check(baseline, candidate),
-        _dropped_events_check(baseline, candidate, thresholds),
+        _per_request_check(
+            "preemptions_per_request",
+            "preemptions per request",
+            baseline.preemptions_per_request,
+            candidate.preemptions_per_request,
+            thresholds.preemptions_per_request,
+        ),
+        # Any collision is a wrong reuse (another prompt's KV served): always a failure.
+        _summary_count_check("collisions", "hash collisions", baseline, candidate, most=0),
+        _summary_count_check(
+            "dropped_events",
+            "events lost by the recorder",
+            baseline,
+            candidate,
+            most=thresholds.dropped_events.max,
+            enabled=thresholds.dropped_events.enabled,
+        ),
         *_tenant_checks(baseline, candidate, thresholds),
     ]
 
@@ -182,23 +202,6 @@ def _regret_check(baseline: RunFigures, candidate: RunFigures, thresholds: Thres
     )
 
 
-def _free_blocks_check(
-    baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds
-) -> Check:
-    limit = thresholds.min_free_blocks
-    share = baseline.min_free_share
-    return _judge(
-        "min_free_blocks",
-        "fewest free blocks, as a share of the pool",
-        "ratio",
-        baseline=share,
-        candidate=candidate.min_free_share,
-        limit=max(share - limit.max_drop, limit.min),
-        bound="min",
-        enabled=limit.enabled,
-    )
-
-
 def _pool_empty_check(baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds) -> Check:
     """A pool with no free block left (the next request waits, or preempts another) fails
     the candidate, unless the baseline's ran empty too: then it is no regression."""
@@ -218,44 +221,25 @@ def _pool_empty_check(baseline: RunFigures, candidate: RunFigures, thresholds: T
     )
 
 
-def _preemptions_check(
-    baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds
+def _summary_count_check(
+    name: Literal["collisions", "dropped_events"],
+    title: str,
+    baseline: RunFigures,
+    candidate: RunFigures,
+    *,
+    most: float,
+    enabled: bool = True,
 ) -> Check:
-    return _per_request_check(
-        "preemptions_per_request",
-        "preemptions per request",
-        baseline.preemptions_per_request,
-        candidate.preemptions_per_request,
-        thresholds.preemptions_per_request,
-    )
-
-
-def _collisions_check(baseline: RunFigures, candidate: RunFigures) -> Check:
-    """Any collision is a wrong reuse (another prompt's KV served): always a failure."""
+    """A count of the runs' summaries (`name`) that the candidate may have at most `most` of."""
     return _judge(
-        "collisions",
-        "hash collisions",
+        name,
+        title,
         "count",
-        baseline=baseline.summary["collisions"],
-        candidate=candidate.summary["collisions"],
-        limit=0,
+        baseline=baseline.summary[name],
+        candidate=candidate.summary[name],
+        limit=most,
         bound="max",
-    )
-
-
-def _dropped_events_check(
-    baseline: RunFigures, candidate: RunFigures, thresholds: Thresholds
-) -> Check:
-    limit = thresholds.dropped_events
-    return _judge(
-        "dropped_events",
-        "events lost by the recorder",
-        "count",
-        baseline=baseline.summary["dropped_events"],
-        candidate=candidate.summary["dropped_events"],
-        limit=limit.max,
-        bound="max",
-        enabled=limit.enabled,
+        enabled=enabled,
     )
 
 
@@ -278,8 +262,8 @@ def _tenant_checks(
             reason = f"only in the {only} run"
             checks.append(Check(name, f"{title} {label}", "ratio", SKIP, reason=reason))
             continue
-        old_ratio, new_ratio = old["hit_ratio"], new["hit_ratio"]
-        requests = min(old["requests"], new["requests"])
+        old_ratio, new_ratio = old.hit_ratio, new.hit_ratio
+        requests = min(old.requests, new.requests)
         if requests < limit.min_requests:
             reason = f"{requests} requests, fewer than min_requests = {limit.min_requests}"
             checks.append(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +19,7 @@ from collector.queries.pool import (
     pool_timeline,
 )
 from collector.queries.summary import RunSummary, run_summary
-from collector.queries.tenants import tenant_hit_ratios
+from collector.queries.tenants import TenantHitRatio, tenant_hit_ratios
 from collector.queries.timeline import event_times, hit_rate_over_time
 from collector.store.run_file import RunStore
 
@@ -37,7 +37,7 @@ class RunFigures:
     summary: RunSummary
     regret: RegretSummary
     free_blocks: FreeBlockExtremes
-    tenants: list[dict[str, Any]]
+    tenants: list[TenantHitRatio]
 
     @property
     def evictions_per_request(self) -> float:
@@ -70,7 +70,7 @@ class RunFigures:
             "preemptions_per_request": self.preemptions_per_request,
             "eviction_regret": self.regret,
             "free_blocks": {**self.free_blocks, "min_free_share": self.min_free_share},
-            "tenants": self.tenants,
+            "tenants": [asdict(row) for row in self.tenants],
         }
 
 
@@ -119,16 +119,16 @@ def _plain_config(config: RunRow) -> dict[str, Any]:
     return plain
 
 
-def _tenant_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _tenant_rows(frame: pd.DataFrame) -> list[TenantHitRatio]:
     """Per tenant and adapter: counts as ints, the hit ratio as a float."""
     return [
-        {
-            "tenant": str(row["tenant"]),
-            "lora": str(row["lora"]),
-            "requests": int(row["requests"]),
-            "prompt_tokens": int(row["prompt_tokens"]),
-            "hit_tokens": int(row["hit_tokens"]),
-            "hit_ratio": float(row["hit_ratio"]),
-        }
+        TenantHitRatio(
+            tenant=str(row["tenant"]),
+            lora=str(row["lora"]),
+            requests=int(row["requests"]),
+            prompt_tokens=int(row["prompt_tokens"]),
+            hit_tokens=int(row["hit_tokens"]),
+            hit_ratio=float(row["hit_ratio"]),
+        )
         for row in frame.to_dict("records")
     ]

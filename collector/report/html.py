@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from html import escape
+from dataclasses import replace
 
 import plotly.graph_objects as go
 import plotly.io
 
+from collector.charts import comparison as charts
+from collector.queries.tenants import TenantHitRatio
 from collector.report.checks import FAIL
 from collector.report.figures import RunFigures, RunSeries
 from collector.report.formatting import format_change, format_limit, format_value
 from collector.report.verdict import Comparison
-from visualizer.charts import comparison as charts
+from collector.safe_text import html_text
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
@@ -39,10 +41,10 @@ def render_html(
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>kvscope report: {verdict}</title><style>{STYLE}</style></head><body>",
         "<h1>kvscope prefix-cache report</h1>",
-        f'<p class="verdict {verdict}">{escape(headline)}</p>',
-        f"<p>Baseline <code>{escape(str(comparison.baseline.path))}</code>, candidate "
-        f"<code>{escape(str(comparison.candidate.path))}</code>, thresholds: "
-        f"{escape(comparison.thresholds_source)}.</p>",
+        f'<p class="verdict {verdict}">{html_text(headline, limit=None)}</p>',
+        f"<p>Baseline <code>{html_text(comparison.baseline.path, limit=None)}</code>, "
+        f"candidate <code>{html_text(comparison.candidate.path, limit=None)}</code>, "
+        f"thresholds: {html_text(comparison.thresholds_source, limit=None)}.</p>",
         "<h2>Checks</h2>",
         _checks_table(comparison),
         *_notes(comparison.notes),
@@ -58,7 +60,8 @@ def render_html(
 def comparison_figures(
     comparison: Comparison, baseline_series: RunSeries, candidate_series: RunSeries
 ) -> list[go.Figure]:
-    """The report's charts: hit ratio, free blocks, evictions over time; tenants."""
+    """The report's charts: hit ratio, free blocks, evictions over time; tenants (their
+    names escaped: Plotly would draw a tag in a label)."""
     series = {"baseline": baseline_series, "candidate": candidate_series}
     return [
         charts.hit_ratio_comparison_figure({label: run.hit_rate for label, run in series.items()}),
@@ -67,9 +70,16 @@ def comparison_figures(
         ),
         charts.evictions_comparison_figure({label: run.evictions for label, run in series.items()}),
         charts.tenant_hit_ratio_figure(
-            {"baseline": comparison.baseline.tenants, "candidate": comparison.candidate.tenants}
+            {
+                "baseline": _chart_rows(comparison.baseline.tenants),
+                "candidate": _chart_rows(comparison.candidate.tenants),
+            }
         ),
     ]
+
+
+def _chart_rows(tenants: list[TenantHitRatio]) -> list[TenantHitRatio]:
+    return [replace(row, tenant=html_text(row.tenant), lora=html_text(row.lora)) for row in tenants]
 
 
 def _chart(figure: go.Figure, index: int) -> str:
@@ -92,12 +102,14 @@ def _checks_table(comparison: Comparison) -> str:
     for check in comparison.checks:
         result = check.status if check.status != "skip" else f"skipped: {check.reason}"
         cells = [
-            f'<td class="text">{escape(check.title)}<br><code>{escape(check.name)}</code></td>',
+            f'<td class="text">{html_text(check.title, limit=None)}<br>'
+            f"<code>{html_text(check.name, limit=None)}</code></td>",
             f"<td>{format_value(check.baseline, check.unit)}</td>",
             f"<td>{format_value(check.candidate, check.unit)}</td>",
             f"<td>{format_change(check)}</td>",
-            f"<td>{escape(format_limit(check))}</td>",
-            f'<td class="text">{"<b>FAIL</b>" if check.status == FAIL else escape(result)}</td>',
+            f"<td>{html_text(format_limit(check))}</td>",
+            f'<td class="text">'
+            f"{'<b>FAIL</b>' if check.status == FAIL else html_text(result, limit=None)}</td>",
         ]
         rows.append(f'<tr class="{check.status}">{"".join(cells)}</tr>')
     return f"<table>{''.join(rows)}</table>"
@@ -106,7 +118,7 @@ def _checks_table(comparison: Comparison) -> str:
 def _notes(notes: list[str]) -> list[str]:
     if not notes:
         return []
-    items = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    items = "".join(f"<li>{html_text(note, limit=None)}</li>" for note in notes)
     return ["<h2>Notes</h2>", f"<ul>{items}</ul>"]
 
 
@@ -116,8 +128,8 @@ def _figures_table(baseline: RunFigures, candidate: RunFigures) -> str:
     rows = ["<tr><th>figure</th><th>baseline</th><th>candidate</th></tr>"]
     for name, value in old.items():
         rows.append(
-            f'<tr><td class="text">{escape(name)}</td>'
-            f"<td>{escape(value)}</td><td>{escape(new[name])}</td></tr>"
+            f'<tr><td class="text">{html_text(name)}</td>'
+            f"<td>{html_text(value)}</td><td>{html_text(new[name])}</td></tr>"
         )
     return f"<table>{''.join(rows)}</table>"
 

@@ -1,8 +1,9 @@
 """The report's two inputs: run files are read as they are; traces are replayed first.
 
-A path ending in `.duckdb` is a run file; anything else is a trace, replayed with the
-command's replay options into `OUT_DIR/<role>.duckdb`. Every input is checked before the
-first replay starts, and a failed replay removes the run files this report made.
+A path ending in `.duckdb` is a run file, and a folder `kvscope export` wrote is a run as a
+Parquet dataset; anything else is a trace, replayed with the command's replay options into
+`OUT_DIR/<role>.duckdb`. Every input is checked before the first replay starts, and a failed
+replay removes the run files this report made.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.replay.replayer import ReplayOptions, replay
+from collector.store.parquet_dataset import is_dataset
 from collector.store.run_file import RunStore
 
 RUN_SUFFIX = ".duckdb"
@@ -29,7 +31,8 @@ class ReportInput:
 
     @property
     def is_run(self) -> bool:
-        return self.path.suffix == RUN_SUFFIX
+        """A run file, or a run exported as a Parquet dataset."""
+        return self.path.suffix == RUN_SUFFIX or is_dataset(self.path)
 
 
 def check_inputs(inputs: list[ReportInput], out_dir: Path) -> None:
@@ -38,7 +41,7 @@ def check_inputs(inputs: list[ReportInput], out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ReportInputError(f"{out_dir}: not a directory (--out-dir)")
     for report_input in inputs:
-        if not report_input.path.is_file():
+        if not (report_input.path.is_file() or is_dataset(report_input.path)):
             raise ReportInputError(
                 f"{report_input.path}: no such file (the --{report_input.role} input)"
             )

@@ -34,7 +34,9 @@ def render_junit(comparison: Comparison) -> str:
         ElementTree.SubElement(properties, "property", {"name": name, "value": shown(value)})
     for check in checks:
         case = ElementTree.SubElement(
-            suite, "testcase", {"classname": SUITE, "name": check.name, "time": "0"}
+            suite,
+            "testcase",
+            {"classname": SUITE, "name": shown(check.name, limit=None), "time": "0"},
         )
         sentence = shown(describe(check))
         if check.status == FAIL:

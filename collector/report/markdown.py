@@ -10,7 +10,7 @@ from collector.report.checks import FAIL, PASS, Check
 from collector.report.figures import RunFigures
 from collector.report.formatting import format_change, format_limit, format_value
 from collector.report.verdict import Comparison
-from collector.safe_text import code, shown
+from collector.safe_text import code, markdown_text
 
 # A workflow finds its earlier comment by this line and edits it instead of adding another.
 MARKER = "<!-- kvscope-report -->"
@@ -31,7 +31,11 @@ def render_markdown(comparison: Comparison) -> str:
         "",
     ]
     if comparison.notes:
-        lines += ["Notes:", *(f"- {_escape(note)}" for note in comparison.notes), ""]
+        lines += [
+            "Notes:",
+            *(f"- {markdown_text(note, limit=None)}" for note in comparison.notes),
+            "",
+        ]
     lines += _runs_table(comparison.baseline, comparison.candidate)
     source = comparison.thresholds_source
     thresholds = "kvscope's defaults" if source == "defaults" else code(source)
@@ -56,11 +60,11 @@ def _check_row(check: Check) -> str:
     limit = f"skipped: {check.reason}" if check.status == "skip" else format_limit(check)
     cells = [
         icon,
-        f"{_escape(check.title)} ({code(check.name)})",
+        f"{markdown_text(check.title, limit=None)} ({code(check.name)})",
         format_value(check.baseline, check.unit),
         format_value(check.candidate, check.unit),
         format_change(check),
-        _escape(limit),
+        markdown_text(limit, limit=None),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -96,26 +100,15 @@ def _run_cells(run: RunFigures) -> list[str]:
     summary, free_blocks, config = run.summary, run.free_blocks, run.config
     counts: Mapping[str, Any] = run.summary  # read by name below
     if config.get("source") == "replay" and config.get("trace"):
-        source = f"replay of {code(Path(str(config['trace'])).name)} ({config.get('timing')})"
+        trace = Path(str(config["trace"])).name
+        source = f"replay of {code(trace)} ({markdown_text(config.get('timing'))})"
     else:
-        source = _escape(str(config.get("source")))
+        source = markdown_text(config.get("source"))
     return [
         code(run.path.name),
         source,
-        f"{summary['block_size']}, {summary['num_blocks']:,}, {summary['hash_algo']}",
+        f"{summary['block_size']}, {summary['num_blocks']:,}, {code(summary['hash_algo'])}",
         *(format_value(counts[name], "count") for name in _RUN_COUNTS),
         f"{free_blocks['min_free_blocks']:,} of {free_blocks['usable_blocks']:,}",
-        _escape(str(config.get("vllm_version"))),
+        code(config.get("vllm_version")),
     ]
-
-
-# What lets text leave its cell (pipes), become a link or an image (brackets, parentheses,
-# bangs), HTML (angle brackets, ampersands) or code (backticks); emphasis is left alone.
-_MARKDOWN = str.maketrans(
-    {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{mark: "\\" + mark for mark in "`[]()!|"}}
-)
-
-
-def _escape(text: str) -> str:
-    """Text safe inside a table cell: one line, no pipes, no raw HTML, no links or images."""
-    return shown(text).translate(_MARKDOWN)

@@ -56,14 +56,12 @@ class RegretLimit:
 
 
 @dataclass(frozen=True)
-class FreeBlocksLimit:
+class FreeBlocksLimit(RatioLimit):
     """The fewest free blocks, as a share of the pool: at most `max_drop` under the baseline's
     share, and never under `min`; and no step without a free block (the pool ran empty)
     unless the baseline had one too, or `allow_empty`."""
 
-    enabled: bool = True
     max_drop: float = 0.05
-    min: float = 0.0
     allow_empty: bool = False
 
 

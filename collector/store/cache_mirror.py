@@ -16,7 +16,11 @@ engine and DP rank, and completes the records with what follows from it:
 
 Per block the mirror holds the low 64 bits of its hash (as the run file keeps them), whether
 it is cached, whether it sits in vLLM's free queue, its reference count and its KV cache
-group; each record updates them with a few array operations, no Python loop per block. The
+group (18 bytes a block); each record updates them with a few array operations, no Python
+loop per block. Its arrays reach only as far as the highest block id the stream has named
+(rounded up to GROWTH_BLOCKS), not the pool its first batch claimed: the collector bounds
+block ids by each engine's pool and the pools by its own limits (`collector/live/limits.py`),
+so an engine's mirror holds at most 18 bytes times its pool plus GROWTH_BLOCKS. The
 mirror is exact while the stream is whole. Records lost on the way (a `Drop`) leave it wrong
 about the blocks they touched until those blocks are stored again: an eviction of a block
 whose store was lost is missed, the cached-free count can be off (it never goes below 0 or
@@ -35,6 +39,7 @@ import pandas as pd
 
 from collector.store.ingest import low_64_bits
 from engine_hooks.events import (
+    INT32_MAX,
     Allocate,
     Event,
     Evict,
@@ -47,6 +52,11 @@ from engine_hooks.events import (
 )
 
 Engine = tuple[str, int]  # engine id, DP rank
+
+# The arrays grow in steps of this many blocks (295 KB), to the highest block id named: an
+# engine whose pool is larger than the run's first one, or a run whose first engine's pool
+# is not known (vLLM's KV events), costs what its blocks cost and no more.
+GROWTH_BLOCKS = 16_384
 
 
 # Per engine and block, what its rows left it: its KV cache group (of its last allocation,
@@ -101,6 +111,8 @@ class CacheMirror:
     """One engine's prefix cache as its record stream says it is."""
 
     def __init__(self, num_blocks: int) -> None:
+        """A mirror with room for `num_blocks` blocks at first (it grows to the block ids
+        the stream names)."""
         self._hashes = np.zeros(num_blocks, dtype=np.uint64)
         self._cached = np.zeros(num_blocks, dtype=bool)
         self._free = np.ones(num_blocks, dtype=bool)  # in vLLM's free queue (as all start)
@@ -137,7 +149,7 @@ class CacheMirror:
             self._set_group(block_ids, record.kv_group)
             self._set(block_ids, cached=True, free=False)
             if isinstance(record, Hit):
-                np.add.at(self._ref_cnts, block_ids, 1)
+                self._add_references(block_ids)
         elif isinstance(record, Free):
             block_ids = self._block_ids(record)
             record.kv_groups = self._groups[block_ids].astype("<i4").tobytes()
@@ -179,6 +191,17 @@ class CacheMirror:
             dp_rank=record.dp_rank,
         )
 
+    def _add_references(self, block_ids: np.ndarray) -> None:
+        """One more reference to each block per time the ids name it; a count stops at
+        2^31 - 1 (only a stream no engine sends gets there: vLLM's counts are the requests
+        sharing a block)."""
+        if block_ids.size and int(self._ref_cnts[block_ids].max()) >= INT32_MAX - block_ids.size:
+            blocks, hits = np.unique(block_ids, return_counts=True)
+            counts = self._ref_cnts[blocks].astype(np.int64) + hits
+            self._ref_cnts[blocks] = np.minimum(counts, INT32_MAX)
+        else:
+            np.add.at(self._ref_cnts, block_ids, 1)
+
     def _free_blocks(self, record: Free, block_ids: np.ndarray) -> None:
         """Release the blocks: their counts are the record's, where the hooks sent them, or
         one less than before (and the record gets them); those at 0 join the free queue."""
@@ -201,9 +224,9 @@ class CacheMirror:
         return block_ids
 
     def _fit(self, block_ids: np.ndarray) -> None:
-        """Grow the arrays to hold every block id (the run's pool size is a first guess)."""
+        """Grow the arrays to hold every block id, to the next multiple of GROWTH_BLOCKS."""
         if block_ids.size and int(block_ids.max()) >= self._cached.size:
-            size = max(int(block_ids.max()) + 1, 2 * self._cached.size)
+            size = (int(block_ids.max()) // GROWTH_BLOCKS + 1) * GROWTH_BLOCKS
             for name in ("_hashes", "_cached", "_free", "_ref_cnts", "_groups"):
                 array = getattr(self, name)
                 grown = np.full(size, name == "_free", dtype=array.dtype)
@@ -230,7 +253,9 @@ class CacheMirrors:
     """The mirrors of every engine whose records a run file stores."""
 
     def __init__(self, num_blocks: int) -> None:
-        self._num_blocks = num_blocks
+        """`num_blocks`: the run's pool, as its first engine said; every mirror starts with
+        room for at most GROWTH_BLOCKS of it, and grows to the blocks its engine names."""
+        self._num_blocks = min(num_blocks, GROWTH_BLOCKS)
         self._mirrors: dict[Engine, CacheMirror] = {}
 
     def mirror(self, engine: Engine) -> CacheMirror:

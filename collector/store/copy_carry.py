@@ -6,7 +6,7 @@ A lifetime that has ended (its block evicted, or the cache reset) is final: the 
 it go to its block's later stores. So the next copy keeps the closed lifetimes of the copy
 before it as they were, and matches only the open ones and the stores from the first new
 event row on to the evictions, resets and hits from that row on
-(`cache_lifetimes_statement`). A run file's event rows are never deleted, so the rows of a
+(`CARRIED_LIFETIME_ENDS` and after). A run file's event rows are never deleted, so the rows of a
 copy are those of the copy before it and then the new ones. The new hits' counts add to
 the previous ones per block hash (`prefix_blocks`, whose hashes the new rows or an open
 lifetime touch are figured again from their lifetimes) and per time bucket and pair of
@@ -15,7 +15,7 @@ tenants (`tenant_sharing`).
 The fleet's states then change from the earliest of the new rows' times and the end of the
 copy before (where its open lifetimes ended) on: the states before it stand, and those
 from it on are derived from the lifetimes cached then or after
-(`fleet_states_statement`), a few per cached block.
+(`CARRIED_FLEET_STATES`), a few per cached block.
 
 This equals building the tables from every event row, as long as each engine's new rows
 come after its rows of the copy before (record numbers above its last), which an engine's
@@ -35,15 +35,20 @@ from pathlib import Path
 
 import duckdb
 
+from collector.store.fleet_states import CARRIED_FLEET_STATES, WHOLE_FLEET_STATES
 from collector.store.lifetime_rollups import (
-    cache_lifetimes_statement,
-    fleet_states_statement,
-    prefix_blocks_statement,
-    tenant_sharing_statement,
+    CARRIED_CACHE_LIFETIMES,
+    CARRIED_HIT_STORES,
+    CARRIED_LIFETIME_ENDS,
+    CARRIED_PREFIX_BLOCKS,
+    CARRIED_TENANT_SHARING,
+    PREVIOUS_COPY,
+    WHOLE_CACHE_LIFETIMES,
+    WHOLE_PREFIX_BLOCKS,
+    WHOLE_TENANT_SHARING,
 )
 from collector.store.sql_literal import path_literal
 
-_PREVIOUS = "previous_copy"
 _SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
 _GRID = "SELECT start_ns, bucket_ns, block_bin_size FROM {database}.rollup_grid"
 _SEQ_RANGES = """
@@ -55,8 +60,8 @@ _SEQ_RANGES = """
 """
 # Where the fleet's states may change from: the end of the copy before (where its open
 # lifetimes ended; none if it had no states) and the earliest new store, eviction or reset.
-_STATES_CHANGE_FROM = f"""
-    SELECT (SELECT max(until_ns) FROM {_PREVIOUS}.fleet_states),
+_STATES_CHANGE_FROM = """
+    SELECT (SELECT max(until_ns) FROM previous_copy.fleet_states),
         (SELECT min(ts_ns) FROM events
          WHERE rowid >= $first AND kind IN ('store', 'evict', 'reset'))
 """
@@ -113,39 +118,43 @@ class CopyCarry:
         new = _new_rows(connection, previous)
         self.carried = False
         if previous is not None and new is not None and settings == previous.marks.settings:
-            connection.execute(f"ATTACH {path_literal(previous.path)} AS {_PREVIOUS} (READ_ONLY)")
+            attach = f"ATTACH {path_literal(previous.path)} AS {PREVIOUS_COPY} (READ_ONLY)"
+            connection.execute(attach)
             self.carried = _same_grid(connection)
             if not self.carried:
-                connection.execute(f"DETACH {_PREVIOUS}")
+                connection.execute(f"DETACH {PREVIOUS_COPY}")
         if not self.carried or previous is None or new is None:
-            connection.execute(cache_lifetimes_statement())
+            connection.execute(WHOLE_CACHE_LIFETIMES)
             self.marks = CopyMarks(_num_rows(connection), _last_seqs(connection, 0), settings)
             return
         self._first_new = previous.marks.num_rows
-        connection.execute(cache_lifetimes_statement(self._first_new, _PREVIOUS))
+        first_row = {"first_row": self._first_new}
+        connection.execute(CARRIED_LIFETIME_ENDS, first_row)
+        connection.execute(CARRIED_HIT_STORES, first_row)
+        connection.execute(CARRIED_CACHE_LIFETIMES)
         num_rows, new_seqs = new
         self.marks = CopyMarks(num_rows, previous.marks.last_seqs | new_seqs, settings)
 
     def _prefix_blocks(self, connection: duckdb.DuckDBPyConnection) -> None:
         if self.carried:
-            connection.execute(prefix_blocks_statement(self._first_new, _PREVIOUS))
+            connection.execute(CARRIED_PREFIX_BLOCKS, {"first_row": self._first_new})
         else:
-            connection.execute(prefix_blocks_statement())
+            connection.execute(WHOLE_PREFIX_BLOCKS)
 
     def _tenant_sharing(self, connection: duckdb.DuckDBPyConnection) -> None:
-        connection.execute(tenant_sharing_statement(_PREVIOUS if self.carried else None))
+        connection.execute(CARRIED_TENANT_SHARING if self.carried else WHOLE_TENANT_SHARING)
 
     def _fleet_states(self, connection: duckdb.DuckDBPyConnection) -> None:
         if self.carried:
             row = connection.execute(_STATES_CHANGE_FROM, {"first": self._first_new}).fetchone()
             if row is None or row[0] is None:  # one engine before: no states to carry
-                connection.execute(fleet_states_statement())
+                connection.execute(WHOLE_FLEET_STATES)
             else:
                 since_ns = min(int(value) for value in row if value is not None)
-                connection.execute(fleet_states_statement(since_ns, _PREVIOUS))
-            connection.execute(f"DETACH {_PREVIOUS}")
+                connection.execute(CARRIED_FLEET_STATES, {"since_ns": since_ns})
+            connection.execute(f"DETACH {PREVIOUS_COPY}")
         else:
-            connection.execute(fleet_states_statement())
+            connection.execute(WHOLE_FLEET_STATES)
         connection.execute(_NOTE, ["carried" if self.carried else "whole"])
 
 
@@ -153,7 +162,7 @@ def _same_grid(connection: duckdb.DuckDBPyConnection) -> bool:
     """Whether this copy's time grid is that of the copy before (attached)."""
     grids = [
         connection.execute(_GRID.format(database=database)).fetchall()
-        for database in ("main", _PREVIOUS)
+        for database in ("main", PREVIOUS_COPY)
     ]
     return grids[0] == grids[1]
 

@@ -27,9 +27,11 @@ time of the core it runs on.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
+from pathlib import Path
 
 from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.run_file import RunStore, live_copy_draft_path, live_copy_path
@@ -58,6 +60,7 @@ class LiveCopy:
         self.carried = 0  # copies whose tables were carried over from the one before (tests)
         self.failures: list[str] = []
         store.checkpoint_only_when_asked()
+        self._remove_draft()  # what a collector killed while making a copy left
 
     def publish(self) -> bool:
         """On the writing thread: fold the new rows and checkpoint, unless a copy is being
@@ -91,7 +94,13 @@ class LiveCopy:
         if copy is not None:
             copy.interrupt()
         self.wait()
-        self._temporary.unlink(missing_ok=True)
+        self._remove_draft()
+
+    def _remove_draft(self) -> None:
+        """Remove the copy being made, with DuckDB's files beside it: a write-ahead log left
+        there is another copy's, which DuckDB refuses to open the next one with ("WAL does
+        not match database file")."""
+        _remove_database(self._temporary)
 
     def _due(self) -> bool:
         if self._last is None:
@@ -120,7 +129,7 @@ class LiveCopy:
             self.published += 1
             self.carried += self._carry.carried
         except Exception as error:  # the run file is whole; the next copy tries again
-            self._temporary.unlink(missing_ok=True)
+            self._remove_draft()
             if self._closing:
                 return  # stopped by `close`
             self._previous = None  # and builds its tables whole, whatever failed
@@ -130,6 +139,13 @@ class LiveCopy:
             self._copy = None
             ended = time.monotonic()
             self._last = (ended, ended - started)
+
+
+def _remove_database(path: Path) -> None:
+    """Remove a DuckDB file, its write-ahead log and its spill folder, whichever exist."""
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".wal").unlink(missing_ok=True)
+    shutil.rmtree(path.with_name(path.name + ".tmp"), ignore_errors=True)
 
 
 class _Closing(Exception):

@@ -1,5 +1,6 @@
 """A run as a hive-partitioned Parquet dataset, the form in which a fleet's runs are combined
-and shared: `export_parquet` writes every table of a run file under a folder, and
+and shared: `export_parquet` (parquet_export.py) writes every table of a run file under a
+folder, and
 `dataset_connection` reads one or several such folders back as one run.
 
 Layout: `DIR/<table>/engine=<engine id>/date=<day>/<run id>_<n>.parquet` for the tables with
@@ -20,22 +21,21 @@ mean something only within its own run."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 
-from collector.store.run_file import RUN_TABLES, RunFile, StoreError
+from collector.store.dataset_manifest import check_dataset
+from collector.store.integrity import CONTENTS_KEY, settings_problem
+from collector.store.run_opening import RUN_TABLES, StoreError, connect
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
 from collector.store.sql_literal import path_literal
 
 DATASET_MARKER = "kvscope_dataset.json"
-DATASET_FORMAT = 1
-PARTITION_COLUMNS = ("engine", "date")
-UNNAMED_ENGINE = "unnamed"  # the directory of records with no engine id (replays)
+DATASET_FORMAT = 2  # 2: with manifests (dataset_manifest.py)
+READ_FORMATS = (1, 2)
 DERIVED_TABLES = frozenset(
     re.findall(r"CREATE OR REPLACE TABLE (\w+)", "\n".join(DERIVED_STATEMENTS))
 )
@@ -54,66 +54,14 @@ def is_dataset(path: Path) -> bool:
     return (path / DATASET_MARKER).is_file()
 
 
-def export_parquet(run: RunFile, directory: Path) -> None:
-    """Write every table of `run` under `directory`, which must not exist or be empty; a
-    failure leaves nothing there."""
-    if directory.is_file() or (directory.is_dir() and any(directory.iterdir())):
-        raise StoreError(f"{directory}: already exists; kvscope does not overwrite datasets")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    temporary = directory.with_name(f".{directory.name}.exporting-{os.getpid()}")
-    shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir()
-    try:
-        tables = _write_tables(run, temporary)
-        marker = {"format": DATASET_FORMAT, "schema_version": SCHEMA_VERSION, "tables": tables}
-        (temporary / DATASET_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        if directory.is_dir():
-            directory.rmdir()
-        os.replace(temporary, directory)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-
-
-def _write_tables(run: RunFile, directory: Path) -> dict[str, list[str]]:
-    """Copy each table of the run into its folder; its partition columns, by table."""
-    row = run.row("SELECT run_id, CAST(started_at AS DATE) FROM runs")
-    if row is None:
-        raise StoreError(f"{run.path}: no row in its runs table")
-    file_stem = re.sub(r"[^\w-]", "_", str(row[0]))
-    tables: dict[str, list[str]] = {}
-    for table in sorted(RUN_TABLES):
-        columns = {name for name, *_ in run.rows(f"DESCRIBE {table}")}
-        target = directory / table
-        if "engine_id" in columns:
-            run.row(
-                f"COPY (SELECT *, coalesce(nullif(engine_id, ''), '{UNNAMED_ENGINE}') AS engine, "
-                f"DATE '{row[1]}' AS date FROM {table}) TO {path_literal(target)} "
-                f"(FORMAT PARQUET, PARTITION_BY (engine, date), "
-                f"FILENAME_PATTERN '{file_stem}_{{i}}')"
-            )
-            tables[table] = list(PARTITION_COLUMNS)
-        else:
-            target.mkdir()
-            run.row(
-                f"COPY {table} TO {path_literal(target / f'{file_stem}.parquet')} (FORMAT PARQUET)"
-            )
-            tables[table] = []
-    return tables
-
-
-def open_dataset(directories: Sequence[Path]) -> RunFile:
-    """One or several datasets (or one folder several were copied into) read as one run."""
-    return RunFile(dataset_connection(directories), directories[0])
-
-
 def dataset_connection(directories: Sequence[Path]) -> duckdb.DuckDBPyConnection:
     """An in-memory connection with one view per run table over the datasets' files."""
     for directory in directories:
-        _check_marker(directory)
-    connection = duckdb.connect()
-    connection.execute("SET autoinstall_known_extensions = false")
-    connection.execute("SET autoload_known_extensions = false")
+        version = _check_marker(directory)
+        problem = check_dataset(directory, RUN_TABLES, version)
+        if problem:
+            raise StoreError(f"{directory}: the dataset is damaged: {problem}")
+    connection = connect(Path(":memory:"))
     for statement in (*CREATE_STATEMENTS, *DERIVED_STATEMENTS):
         connection.execute(statement)  # the tables empty, for their columns and types
     files = {table: _files(connection, directories, table) for table in RUN_TABLES}
@@ -125,21 +73,31 @@ def dataset_connection(directories: Sequence[Path]) -> duckdb.DuckDBPyConnection
         _check_combinable(connection, directories, files)
         for statement in DERIVED_STATEMENTS:
             connection.execute(statement)
+    problem = settings_problem(connection)
+    if problem:
+        connection.close()
+        names = ", ".join(str(directory) for directory in directories)
+        raise StoreError(f"{names}: the dataset is damaged: {problem}")
     return connection
 
 
-def _check_marker(directory: Path) -> None:
+def _check_marker(directory: Path) -> int:
+    """The dataset's format, checked to be one this kvscope reads."""
     try:
         marker = json.loads((directory / DATASET_MARKER).read_text())
         version, schema_version = marker["format"], marker["schema_version"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise StoreError(f"{directory}: not a kvscope Parquet dataset: {error}") from error
-    if version != DATASET_FORMAT or schema_version != SCHEMA_VERSION:
+        raise StoreError(
+            f"{directory}: not a kvscope Parquet dataset: {DATASET_MARKER}: {error}"
+        ) from error
+    if version not in READ_FORMATS or schema_version != SCHEMA_VERSION:
         raise StoreError(
             f"{directory}: a dataset of format {version}, run schema version {schema_version}; "
-            f"this kvscope reads format {DATASET_FORMAT}, version {SCHEMA_VERSION}: export "
+            f"this kvscope reads formats {', '.join(map(str, READ_FORMATS))}, version "
+            f"{SCHEMA_VERSION}: export "
             "the run again with the matching kvscope"
         )
+    return int(version)
 
 
 def _files(
@@ -182,6 +140,8 @@ def _replace_with_view(
     # Rows every run holds alike (its schema version, a block's tokens) are kept once.
     distinct = "DISTINCT " if combined and table in ("meta", "block_tokens") else ""
     body = f"SELECT {distinct}{select} FROM {source}"
+    if combined and table == "meta":  # each run's record of its own file's rows
+        body += f" WHERE key <> '{CONTENTS_KEY}'"
     connection.execute(f"DROP TABLE {table}")
     connection.execute(f"CREATE VIEW {table} AS {body}")
 

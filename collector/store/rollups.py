@@ -25,8 +25,8 @@ not millions of events.
   after each change.
 
 The lifetimes and the rollups derived from them (`prefix_blocks`, `tenant_sharing`,
-`fleet_states`) are built in lifetime_rollups.py, whole here and carried over from one
-live copy to the next (copy_carry.py).
+`fleet_states`) are built in lifetime_rollups.py and fleet_states.py, whole here and carried
+over from one live copy to the next (copy_carry.py).
 
 A hybrid model caches each prefix once per KV cache group (`kv_group`). The block heat and
 the lifetimes keep every group's blocks (each holds memory; block ids are the pool's, one
@@ -38,11 +38,11 @@ are counted once and its tree has its root.
 
 from __future__ import annotations
 
+from collector.store.fleet_states import WHOLE_FLEET_STATES
 from collector.store.lifetime_rollups import (
-    cache_lifetimes_statement,
-    fleet_states_statement,
-    prefix_blocks_statement,
-    tenant_sharing_statement,
+    WHOLE_CACHE_LIFETIMES,
+    WHOLE_PREFIX_BLOCKS,
+    WHOLE_TENANT_SHARING,
 )
 from collector.store.reference_group import IN_REFERENCE_GROUP, REFERENCE_GROUP_STATEMENT
 
@@ -233,9 +233,9 @@ ROLLUP_STATEMENTS = (
     _TIME_ROLLUP,
     _BLOCK_HEAT,
     _GROUP_ROLLUP,
-    cache_lifetimes_statement(),
-    prefix_blocks_statement(),
-    tenant_sharing_statement(),
+    WHOLE_CACHE_LIFETIMES,
+    WHOLE_PREFIX_BLOCKS,
+    WHOLE_TENANT_SHARING,
     _FAMILY_HITS,
-    fleet_states_statement(),
+    WHOLE_FLEET_STATES,
 )

@@ -2,17 +2,15 @@
 `RunStore` is a run file open for writing (create, append records in Arrow batches, finish).
 
 Nothing outside `collector.store` touches DuckDB: the query modules hand their SQL to a
-`RunFile` and get rows or a data frame back."""
+`RunFile` and get rows or a data frame back. The checks a run file passes before it is
+opened, and `StoreError`, are in run_opening.py; its config, and the new file it is written
+into, in run_config.py."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
-import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -25,54 +23,40 @@ import pyarrow as pa
 from collector.store.cache_mirror import BLOCK_STATES_SQL, CacheMirrors
 from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.derived_tables import DerivedTables, Step, rebuild_steps
+from collector.store.file_bytes import FileBytes
 from collector.store.ingest import to_batch
-from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS, SCHEMA_VERSION
-from collector.store.sql_literal import path_literal
+from collector.store.integrity import damage_met, record_contents
+from collector.store.parquet_dataset import dataset_connection, is_dataset
+from collector.store.run_config import RunConfig, create_run_file
+from collector.store.run_opening import (
+    ATTACHED_AS,
+    RUN_TABLES,
+    ReadError,
+    RunBeingWritten,
+    StoreError,
+    connect,
+    live_copy_draft_path,
+    live_copy_path,
+    open_checked,
+)
 from engine_hooks.events import Event
 
+# What the store's readers import from here, opening's names among them (run_opening.py).
+__all__ = [
+    "RUN_TABLES",
+    "ReadError",
+    "RunBeingWritten",
+    "RunConfig",
+    "RunFile",
+    "RunStore",
+    "StoreError",
+    "live_copy_draft_path",
+    "live_copy_path",
+    "open_readable",
+    "run_file_problem",
+]
+
 FLUSH_RECORDS = 250_000
-COPY_CHUNK_BYTES = 16 << 20
-KVSCOPE_VERSION = "0.1.0"
-# A run file is DuckDB's own format: a file of another kind is refused before DuckDB sees it,
-# and DuckDB never fetches or loads an extension for a run (it would go to the network).
-DUCKDB_MAGIC = b"DUCK"  # bytes 8 to 11 of every DuckDB database file
-
-
-class StoreError(RuntimeError):
-    """A run file that cannot be used; the message says which file and why."""
-
-
-# Every table a run file holds: those made at creation and those derived from the events.
-RUN_TABLES = frozenset(
-    re.findall(
-        r"CREATE (?:OR REPLACE )?TABLE (\w+)", "\n".join((*CREATE_STATEMENTS, *DERIVED_STATEMENTS))
-    )
-)
-
-
-# What DuckDB raises when a query meets damage that opening the run file could not see.
-ReadError = duckdb.Error
-
-
-class RunBeingWritten(StoreError):
-    """The run file is open for writing in another process (`kvscope collect`)."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What a run was: its source and the cache settings it ran with."""
-
-    source: str
-    block_size: int
-    num_blocks: int
-    hash_algo: str
-    vllm_version: str
-    trace: str | None = None
-    timing: str | None = None
-    max_num_seqs: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
 
 
 Parameters = Sequence[object] | Mapping[str, object] | None
@@ -93,11 +77,15 @@ class RunFile:
     def open(cls, path: Path, read_only: bool = True) -> Self:
         """Open an existing run file, checking that it is an undamaged run of the schema
         version this kvscope reads; or a run exported as a Parquet dataset, read only."""
-        from collector.store.parquet_dataset import dataset_connection, is_dataset
-
         if is_dataset(path):
-            return cls(dataset_connection([path]), path)
-        return cls(_open_checked(path, read_only), path)
+            return cls.open_dataset([path])
+        return cls(open_checked(path, read_only), path)
+
+    @classmethod
+    def open_dataset(cls, directories: Sequence[Path]) -> Self:
+        """One or several Parquet datasets (or one folder several were copied into) read as
+        one run (parquet_dataset.py)."""
+        return cls(dataset_connection(directories), directories[0])
 
     @classmethod
     def open_live_copy(cls, path: Path) -> Self:
@@ -105,29 +93,48 @@ class RunFile:
         collector replaces the copy under the same name, and DuckDB hands a connection to
         a path the database it already has open there, while any connection to it lives:
         the copy before. So each copy is attached to a database of its own."""
-        return cls(_open_checked(path, read_only=True, own_database=True), path, attached=True)
+        return cls(open_checked(path, read_only=True, own_database=True), path, attached=True)
 
     def rows(self, sql: str, parameters: Parameters = None) -> list[tuple[Any, ...]]:
-        return self._connection.execute(sql, parameters).fetchall()
+        with self._reading():
+            return self._connection.execute(sql, parameters).fetchall()
 
     def row(self, sql: str, parameters: Parameters = None) -> tuple[Any, ...] | None:
         """The first row, or None when there is none."""
-        return self._connection.execute(sql, parameters).fetchone()
+        with self._reading():
+            return self._connection.execute(sql, parameters).fetchone()
 
     def record(self, sql: str, parameters: Parameters = None) -> dict[str, Any] | None:
         """The first row as a dict by column name, or None when there is none."""
-        cursor = self._connection.execute(sql, parameters)
-        names = [column[0] for column in cursor.description]
-        row = cursor.fetchone()
+        with self._reading():
+            cursor = self._connection.execute(sql, parameters)
+            names = [column[0] for column in cursor.description]
+            row = cursor.fetchone()
         return None if row is None else dict(zip(names, row, strict=True))
 
     def frame(self, sql: str, parameters: Parameters = None) -> pd.DataFrame:
-        return self._connection.execute(sql, parameters).df()
+        with self._reading():
+            return self._connection.execute(sql, parameters).df()
 
     def arrow(self, sql: str, parameters: Parameters = None) -> pa.Table:
         # A cursor of its own: DuckDB's relation API refuses a connection with a result
         # still open (as `row` leaves one).
-        return self._own_cursor().sql(sql, params=parameters).to_arrow_table()
+        with self._reading():
+            return self._own_cursor().sql(sql, params=parameters).to_arrow_table()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Damage a query meets that opening the run did not look for (a block of a run file
+        over integrity.FULL_CHECK_BYTES) refused as opening refuses it, naming the run."""
+        try:
+            yield
+        except duckdb.Error as error:
+            if not damage_met(error):
+                raise
+            reason = str(error).splitlines()[0]
+            raise StoreError(
+                f"{self.path}: the run is damaged where a query read it: {reason}"
+            ) from error
 
     def cursor(self) -> RunFile:
         """The same run through a cursor of its own (one per thread, as Streamlit runs pages)."""
@@ -136,7 +143,7 @@ class RunFile:
     def _own_cursor(self) -> duckdb.DuckDBPyConnection:
         cursor = self._connection.cursor()
         if self._attached:
-            cursor.execute(f"USE {_ATTACHED_AS}")  # a cursor starts in the in-memory database
+            cursor.execute(f"USE {ATTACHED_AS}")  # a cursor starts in the in-memory database
         return cursor
 
     @property
@@ -171,43 +178,26 @@ class RunStore(RunFile):
         self.num_records = 0
         self.num_rows = 0
         self._derived = DerivedTables(connection)
-        self._reader: int | None = None  # the run file, for copy_file
+        self._bytes = FileBytes(path)  # the run file's, for copy_file
 
     @classmethod
     def create(cls, path: Path, config: RunConfig) -> Self:
-        """Create a new run file, schema and config in place before it appears under `path`;
-        refuses to overwrite one."""
-        if path.exists():
-            raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
-        temporary = path.with_name(f".{path.name}.creating-{os.getpid()}")
-        temporary.unlink(missing_ok=True)
-        connection = _connect(temporary)
-        for statement in CREATE_STATEMENTS:
-            connection.execute(statement)
-        connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-        values = asdict(config)
-        values["options"] = json.dumps(config.options, sort_keys=True)
-        values["kvscope_version"] = KVSCOPE_VERSION
-        names = ", ".join(values)
-        marks = ", ".join("?" for _ in values)
-        connection.execute(f"INSERT INTO runs ({names}) VALUES ({marks})", list(values.values()))
-        for statement in DERIVED_STATEMENTS:
-            connection.execute(statement)
-        connection.close()
-        os.replace(temporary, path)
-        return cls(_connect(path), path)
+        """Create a new run file (run_config.py); refuses to overwrite one."""
+        create_run_file(path, config)
+        return cls(connect(path), path)
 
     @classmethod
     def open_copy(cls, path: Path) -> Self:
         """Open a copy of a run file being written (live_copy.py), to rebuild its tables
         derived whole; unchecked: the copy was made a moment ago from a checked file."""
-        return cls(_connect(path), path)
+        return cls(connect(path), path)
 
     @classmethod
     def resume(cls, path: Path) -> Self:
         """Open a run its collector never finished (killed) to write on; refuse a finished
         one, as kvscope never overwrites runs."""
-        store = cls(_open_checked(path, read_only=False), path)
+        open_checked(path, read_only=True).close()  # a damaged one before a byte is written
+        store = cls(open_checked(path, read_only=False), path)
         if store.finished:
             store.close()
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
@@ -258,6 +248,14 @@ class RunStore(RunFile):
                 config.max_num_seqs,
                 json.dumps(options, sort_keys=True),
             ],
+        )
+
+    def note_capture_stopped(self, engine_id: str, dp_rank: int, reason: str) -> None:
+        """Record that an engine's hooks stopped capturing, and why (`meta`, one key per
+        engine and DP rank: "capture_stopped ENGINE dpRANK")."""
+        self._connection.execute(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            [f"capture_stopped {engine_id} dp{dp_rank}", reason],
         )
 
     def append(self, records: list[Event]) -> list[Event]:
@@ -324,14 +322,8 @@ class RunStore(RunFile):
         self._connection.execute("SET wal_autocheckpoint = '1TB'")
 
     def copy_file(self, destination: Path) -> None:
-        """Write the bytes of the run file to `destination`. Between checkpoints they are
-        the last checkpoint's state: DuckDB writes the file's header, and the blocks it
-        names, only while checkpointing; appends go to the write-ahead log or to blocks
-        that header does not name, as a crash at any moment must find the file consistent.
-
-        The file is read through one descriptor kept open until the store closes: closing
-        any descriptor of a file drops the process's POSIX locks on it, DuckDB's among
-        them, and other processes could then open the run file while it is written."""
+        """Write the bytes of the run file to `destination` (FileBytes: what they hold
+        between checkpoints, and why they are read through a descriptor of their own)."""
         with destination.open("wb") as copy:
             offset = 0
             while chunk := self._read_chunk(offset):
@@ -339,9 +331,7 @@ class RunStore(RunFile):
                 offset += len(chunk)
 
     def _read_chunk(self, offset: int) -> bytes:
-        if self._reader is None:
-            self._reader = os.open(self.path, os.O_RDONLY)
-        return os.pread(self._reader, COPY_CHUNK_BYTES, offset)
+        return self._bytes.read(offset)
 
     def interrupt(self) -> None:
         """Stop the statement this store's connection runs (from another thread); nothing
@@ -351,9 +341,7 @@ class RunStore(RunFile):
 
     def close(self) -> None:
         super().close()
-        if self._reader is not None:
-            os.close(self._reader)  # after DuckDB let go of the file and of its lock
-            self._reader = None
+        self._bytes.close()  # after DuckDB let go of the file and of its lock
 
     def limit_memory(self, limit: str) -> None:
         """Let DuckDB hold at most `limit` (e.g. "6GB") in memory for this store's work, the
@@ -366,136 +354,36 @@ class RunStore(RunFile):
 
     def finalize(self, vllm_prefix_cache: tuple[int, int] | None = None) -> None:
         """Flush, bring every derived table up to date (with every core DuckDB would use:
-        the engines are done), stamp the run as finished, and remove the live copy a
-        collector published of it (readers now read the run itself)."""
+        the engines are done), stamp the run as finished with its record of what it holds
+        (integrity.py), and remove the live copy a collector published of it (readers now
+        read the run itself)."""
         self._connection.execute("RESET threads")
         self._connection.execute("RESET wal_autocheckpoint")
         self.refresh_derived(rebuild=True)
         queries, hits = vllm_prefix_cache if vllm_prefix_cache else (None, None)
+        self._connection.begin()
         self._connection.execute(
             "UPDATE runs SET finished_at = ?, vllm_prefix_cache_queries = ?, "
             "vllm_prefix_cache_hits = ?",
             [datetime.now(UTC).replace(tzinfo=None), queries, hits],
         )
+        record_contents(self._connection)
+        self._connection.commit()
         live_copy_path(self.path).unlink(missing_ok=True)
         live_copy_draft_path(self.path).unlink(missing_ok=True)  # a killed collector's
 
 
-def _open_checked(
-    path: Path, read_only: bool, own_database: bool = False
-) -> duckdb.DuckDBPyConnection:
-    """A connection to an existing run file of the schema version this kvscope reads (read
-    only and attached to an in-memory database of its own if `own_database`)."""
-    if path.is_dir():
-        runs = ", ".join(sorted(run.name for run in path.glob("*.duckdb"))) or "none"
-        raise StoreError(f"{path}: a folder, not a run file (its .duckdb files: {runs})")
-    if not path.is_file():
-        raise StoreError(f"{path}: no such run file")
-    with path.open("rb") as handle:
-        if handle.read(12)[8:] != DUCKDB_MAGIC:
-            raise StoreError(f"{path}: not a DuckDB file, so not a kvscope run")
-    try:
-        connection = _attached(path) if own_database else _connect(path, read_only=read_only)
-    except duckdb.IOException as error:
-        if "lock" in str(error).lower():
-            raise RunBeingWritten(
-                f"{path}: another process is writing this run (DuckDB allows one writer "
-                f"and no reader meanwhile); read its live copy instead, "
-                f"{live_copy_path(path)}, which `kvscope collect` publishes every "
-                "--live-interval seconds once records arrive"
-            ) from error
-        raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
-    except duckdb.Error as error:
-        raise StoreError(f"{path}: cannot open as a DuckDB run file: {error}") from error
-    try:
-        row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    except duckdb.CatalogException as error:
-        connection.close()
-        raise StoreError(f"{path}: not a kvscope run (no meta table)") from error
-    version = None if row is None else row[0]
-    if version != str(SCHEMA_VERSION):
-        connection.close()
-        raise StoreError(
-            f"{path}: run schema version {version}, this kvscope reads version "
-            f"{SCHEMA_VERSION}; replay the trace again or use the matching kvscope"
-        )
-    damage = _damage(connection, path)
-    if damage:
-        connection.close()
-        raise StoreError(f"{path}: the run file is damaged: {damage}")
-    return connection
-
-
-def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    # Settings, not connect()'s config: DuckDB refuses a second connection to a file in one
-    # process under another configuration, and the app and the tests open runs side by side.
-    connection = duckdb.connect(str(path), read_only=read_only)
-    connection.execute("SET autoinstall_known_extensions = false")
-    connection.execute("SET autoload_known_extensions = false")
-    return connection
-
-
-_ATTACHED_AS = "run"
-
-
-def _attached(path: Path) -> duckdb.DuckDBPyConnection:
-    connection = _connect(Path(":memory:"))
-    try:
-        connection.execute(f"ATTACH {path_literal(path)} AS {_ATTACHED_AS} (READ_ONLY)")
-        connection.execute(f"USE {_ATTACHED_AS}")
-    except duckdb.Error:
-        connection.close()
-        raise
-    return connection
-
-
-def _damage(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
-    """What is wrong with a run file of the right schema version, if anything."""
-    # DuckDB truncates free blocks at the end of a file, so only blocks in use must be there.
-    size = connection.execute(
-        "SELECT block_size * used_blocks FROM pragma_database_size() "
-        "WHERE database_name = current_database()"
-    ).fetchone()
-    if size is not None and path.stat().st_size < size[0]:
-        return (
-            f"{path.stat().st_size:,} bytes where DuckDB's header promises {size[0]:,} in use "
-            "(cut short)"
-        )
-    tables = {
-        row[0]
-        for row in connection.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
-        ).fetchall()
-    }
-    missing = sorted(RUN_TABLES - tables)
-    if missing:
-        return f"tables missing: {', '.join(missing)}"
-    runs = connection.execute("SELECT count(*) FROM runs").fetchone()
-    if runs != (1,):
-        return f"{runs[0] if runs else 0} rows in its runs table, a run has one"
-    return None
-
-
 def run_file_problem(path: Path) -> str | None:
     """Why `path` is not a kvscope run this kvscope reads (not DuckDB, no kvscope tables,
-    another schema version, damaged), or None: it is one, or one being written."""
+    another schema version, damaged; a dataset likewise), or None: it is one, or one being
+    written."""
     try:
-        _open_checked(path, read_only=True).close()
+        RunFile.open(path).close()
     except RunBeingWritten:
         return None
     except StoreError as error:
         return str(error).removeprefix(f"{path}: ")
     return None
-
-
-def live_copy_path(run_path: Path) -> Path:
-    """Where `kvscope collect` publishes the readable copy of a run it is writing."""
-    return run_path.with_name(run_path.name + ".live")
-
-
-def live_copy_draft_path(run_path: Path) -> Path:
-    """Where `kvscope collect` makes that copy before renaming it into place."""
-    return run_path.with_name(f".{run_path.name}.live.tmp")
 
 
 def open_readable(run_path: Path) -> tuple[RunFile, bool]:

@@ -9,7 +9,7 @@ SCHEMA_VERSION = 8
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
-# What vLLM's own KV events carry (collector/live/vllm_kv/ingest.py): batches as received, one
+# What vLLM's own KV events carry (collector/vllm_kv/ingest.py): batches as received, one
 # row per block of each BlockStored / BlockRemoved (one per AllBlocksCleared), the batches
 # that never arrived, and two different blocks seen under one published hash.
 VLLM_KV_STATEMENTS = (

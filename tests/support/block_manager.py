@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.replayer import ReplayOptions, replay
 from collector.replay.simulator import Simulator, VirtualClock
 from collector.replay.traces import read_trace
 from engine_hooks import Event, EventBuffer, KVCacheHooks, Pseudonymizer
@@ -44,10 +46,6 @@ def tiny_run(directory: Any, rows: list[dict[str, Any]], **options: Any) -> Any:
 
     Options are ReplayOptions fields, plus block_size / num_blocks for the cache.
     """
-    import json
-
-    from collector.replay.replayer import ReplayOptions, replay
-
     trace = directory / "trace.jsonl"
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     settings = CacheSettings(options.pop("block_size", 4), options.pop("num_blocks", 5))

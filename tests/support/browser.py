@@ -13,7 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.ports import free_port
+from tests.support.repo import REPO
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -71,11 +74,25 @@ def app_server(repo: Path, *arguments: str) -> Iterator[str]:
         process.wait(timeout=30)
 
 
+def need_chromium() -> None:
+    """Fails the test (it does not skip) where Debian's chromium or its driver is missing."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("Debian's chromium and chromium-driver are needed (see .ci/run)")
+
+
+def keep_screenshot(path: Path) -> None:
+    """A copy of the screenshot in the folder $KVSCOPE_SCREENSHOTS names, when it is set."""
+    keep = os.environ.get("KVSCOPE_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(keep) / path.name)
+
+
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A Selenium-driven headless Chromium from the system's packages (no downloads)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from selenium import webdriver  # noqa: PLC0415 - selenium is a dev extra; only the browser tests load it
+    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415 - selenium is a dev extra; only the browser tests load it
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -88,6 +105,15 @@ def chromium() -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@contextmanager
+def app_in_chromium(run: Path) -> Iterator[tuple[str, Any]]:
+    """The app on `run` (its URL) and a headless Chromium to look at it with; the test fails
+    where Debian's chromium is missing."""
+    need_chromium()
+    with app_server(REPO, "--db", str(run)) as url, chromium() as driver:
+        yield url, driver
 
 
 def texts(driver: Any, css: str) -> list[str]:
@@ -106,7 +132,7 @@ def screenshot_page(
 
     The wait is long: on a loaded CI machine the Advisor page (it replays the run for its
     what-ifs) once took over 60 s to draw, where it takes about 10 s on a quiet one."""
-    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.by import By  # noqa: PLC0415 - selenium is a dev extra; only the browser tests load it
 
     driver.get(url)
     started = time.monotonic()
@@ -137,7 +163,7 @@ def screenshot_page(
 
 
 def png_is_not_blank(path: Path) -> bool:
-    from PIL import Image
+    from PIL import Image  # noqa: PLC0415 - Pillow comes with selenium's tests only
 
     with Image.open(path) as image:
         colors = image.convert("RGB").getcolors(maxcolors=1_000_000)

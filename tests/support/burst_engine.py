@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from collector.live.step_cost import CompletionsClient, Measurements, measure
-from collector.replay.simulator import StepModel
+from collector.model.step_model import StepModel
+from collector.replay.block_manager import CacheSettings
+from collector.replay.replayer import ReplayOptions, replay
+from collector.store.run_file import RunFile
+from tests.support.repo import SECRET
 from tests.support.vllm_server import TOKEN_RANGE, VllmServer, engine_environment, vllm_python
 
 BURST_BLOCK_SIZE = 32
@@ -68,8 +73,6 @@ def burst_rows(seed: int, count: int) -> list[dict[str, Any]]:
 def run_burst(model: str, rows: list[dict[str, Any]], trace: Path) -> list[dict[str, Any]]:
     """Send `rows` to a real engine at once; returns them with the engine's figures, and
     leaves them in `trace`."""
-    import subprocess
-
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     settings = {
         "block_size": BURST_BLOCK_SIZE,
@@ -119,11 +122,6 @@ def replayed_hits(
 ) -> dict[str, int]:
     """Each request's prefix-hit tokens in a replay of `trace` with the burst's settings (and
     the replay's default step cost, or `step_model`)."""
-    from collector.replay.block_manager import CacheSettings
-    from collector.replay.replayer import ReplayOptions, replay
-    from collector.store.run_file import RunFile
-    from tests.support.repo import SECRET
-
     options = ReplayOptions(
         settings=CacheSettings(BURST_BLOCK_SIZE, BURST_NUM_BLOCKS),
         timing=timing,

@@ -17,10 +17,16 @@ from typing import Any
 
 import pytest
 
+from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
 from collector.replay.scheduler_replay import MODEL_CONFIG
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
 from collector.replay.workload import WorkloadShape, generate
 from collector.store.run_file import RunFile
-from tests.support.repo import REPO
+from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
+from engine_hooks.transport import Transport
+from engine_hooks.vllm_api import model_runner_output
+from tests.support.repo import REPO, SAMPLE_TRACE
 
 # The scheduler replay's model config, at an 8k context, with BOS and EOS.
 TINY_LLAMA = {
@@ -49,8 +55,8 @@ def make_scheduler(
     exported inside a chunk instead, as vLLM's Mamba 2 layers do (a prefill checkpoint block);
     `kv_events` turns on vLLM's KV events; `cpu_tier_blocks` adds vLLM's native CPU offloading
     (its OffloadingConnector, scheduler side) with room for that many blocks."""
-    import torch
-    from vllm.config import (
+    import torch  # noqa: PLC0415 - torch takes seconds to load; only what drives vLLM pays
+    from vllm.config import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         CacheConfig,
         DeviceConfig,
         KVTransferConfig,
@@ -58,15 +64,15 @@ def make_scheduler(
         SchedulerConfig,
         VllmConfig,
     )
-    from vllm.config.kv_events import KVEventsConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import (
+    from vllm.config.kv_events import KVEventsConfig  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.core.sched.scheduler import Scheduler  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.kv_cache_interface import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
         MambaSpec,
     )
-    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output import StructuredOutputManager  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(TINY_LLAMA))
@@ -148,11 +154,10 @@ def drive(
 ) -> DriveResult:
     """Add `per_step` trace rows per step and run schedule / update_from_output with fake
     model outputs (one deterministic token per scheduled request) until all finish."""
-    from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.sampling_params import SamplingParams  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.utils.hashing import get_hash_fn_by_name  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.request import Request  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     block_size = scheduler.block_size
     hash_fn = get_hash_fn_by_name("sha256")
@@ -182,9 +187,8 @@ def drive(
         output = scheduler.schedule()
         request_ids = [new.req_id for new in output.scheduled_new_reqs]
         request_ids += list(output.scheduled_cached_reqs.req_ids)
-        model_output = ModelRunnerOutput(
-            req_ids=request_ids,
-            req_id_to_index={request_id: i for i, request_id in enumerate(request_ids)},
+        model_output = model_runner_output(
+            request_ids,
             sampled_token_ids=[[1000 + result.steps % 7] for _ in request_ids],
         )
         for engine_outputs in scheduler.update_from_output(output, model_output).values():
@@ -238,6 +242,17 @@ def collector_process(
             process.wait(timeout=60)
 
 
+def stop_collector(process: subprocess.Popen[str]) -> str:
+    """SIGTERM the collector (it catches up through vLLM's replay socket first, when
+    subscribed to one); its output."""
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    assert process.stdout is not None
+    output = process.stdout.read()
+    assert "Traceback" not in output, output
+    return output
+
+
 def stored_record_numbers(run: Path) -> list[int]:
     """Every record number a run file holds, in order (drop rows are the collector's)."""
 
@@ -270,17 +285,6 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 60) -> None:
 def replay_to_collector(endpoint: str, num_requests: int, engine_id: str) -> tuple[Any, Any]:
     """The sample trace's first requests through vLLM's real manager, hooks attached, shipped
     by a transport to `endpoint`; returns (hooks, transport) once all is delivered."""
-    from collector.replay.block_manager import (
-        CacheSettings,
-        make_block_hasher,
-        make_kv_cache_manager,
-    )
-    from collector.replay.simulator import Simulator, VirtualClock
-    from collector.replay.traces import read_trace
-    from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
-    from engine_hooks.transport import Transport
-    from tests.support.repo import SAMPLE_TRACE
-
     settings = CacheSettings(16, 2_000)
     manager = make_kv_cache_manager(settings)
     buffer = EventBuffer()
@@ -301,6 +305,12 @@ BLOCK_SIZE = 16
 def workload() -> list[dict[str, Any]]:
     rows = generate(WorkloadShape(seed=11, num_chats=30, num_rag_requests=150, num_reports=40))
     return rows[:300]
+
+
+def workload_scheduler(model_dir: Path) -> Any:
+    """vLLM's Scheduler that `workload()` is driven through: 700 blocks of BLOCK_SIZE tokens,
+    24 requests running at most."""
+    return make_scheduler(model_dir, BLOCK_SIZE, num_blocks=700, max_num_seqs=24)
 
 
 KILL_AFTER_STEPS = 40

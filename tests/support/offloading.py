@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine_hooks.vllm_api import model_runner_output
+
 
 def drive_with_tier(
     scheduler: Any, prompts: list[list[int]], output_length: int, one_at_a_time: bool = False
@@ -15,14 +17,14 @@ def drive_with_tier(
     """Add one request per step (with `one_at_a_time`, only once the last has finished),
     run every step with the worker's transfer reports, until all finish; returns the steps
     taken."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
         OffloadingWorkerMetadata,
     )
-    from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.sampling_params import SamplingParams  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.utils.hashing import get_hash_fn_by_name  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.outputs import KVConnectorOutput  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+    from vllm.v1.request import Request  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     hash_fn = get_hash_fn_by_name("sha256")
     init_none_hash(hash_fn)
@@ -50,9 +52,8 @@ def drive_with_tier(
         loaded = {jobs[job_id].req_id for job_id in plan.load_jobs}
         request_ids = [new.req_id for new in output.scheduled_new_reqs]
         request_ids += list(output.scheduled_cached_reqs.req_ids)
-        model_output = ModelRunnerOutput(
-            req_ids=request_ids,
-            req_id_to_index={request_id: i for i, request_id in enumerate(request_ids)},
+        model_output = model_runner_output(
+            request_ids,
             sampled_token_ids=[[7] for _ in request_ids],
             kv_connector_output=KVConnectorOutput(
                 finished_recving=loaded or None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collector.model.block_stream import RequestBlocks, trace_block_stream
-from collector.replay.traces import TraceRequest
+from collector.model.trace_request import TraceRequest
 
 BLOCK_SIZE = 4
 

@@ -7,22 +7,29 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import zmq
 
-from collector.live.vllm_kv.subscriber import VllmKvEventSubscriber
-from collector.live.vllm_kv.wire import (
-    BlockStored,
-    KVEventBatch,
-    ReceivedBatch,
-    WireEvent,
-    decode_batch,
+from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
+from collector.model.step_model import StepModel
+from collector.replay.block_manager import (
+    CacheSettings,
+    make_block_hasher,
+    make_kv_cache_manager,
+    require_vllm,
 )
-from collector.replay.block_manager import CacheSettings, make_block_hasher, make_kv_cache_manager
+from collector.replay.simulator import Simulator, VirtualClock
+from collector.replay.traces import read_trace
 from collector.store.run_file import RunConfig, RunStore
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
+from collector.vllm_kv.wire import BlockStored, KVEventBatch, ReceivedBatch, WireEvent, decode_batch
+from tests.support.engine import collector_process
+from tests.support.repo import SAMPLE_TRACE
 
 TOPIC = "kvscope-test"
 FIRST_TS = 1_000.0  # the engine's wall clock (s) at the first step
@@ -32,8 +39,6 @@ STEP_S = 0.5
 @contextmanager
 def checked_sockets() -> Iterator[Path]:
     """A socket directory for one test; after it, no ZMQ socket of the process is open."""
-    import zmq
-
     with socket_directory() as directory:
         yield directory
     # pyzmq's context keeps a weak set of its sockets; closing one removes it.
@@ -54,7 +59,7 @@ def socket_directory() -> Iterator[Path]:
 @contextmanager
 def zmq_publisher(directory: Path, replay: bool = True, **options: Any) -> Iterator[Any]:
     """vLLM's own ZmqEventPublisher bound to ipc:// sockets in `directory`, shut down after."""
-    from vllm.distributed.kv_events import ZmqEventPublisher
+    from vllm.distributed.kv_events import ZmqEventPublisher  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
     publisher = ZmqEventPublisher(
         0,
@@ -120,7 +125,7 @@ class EventSource:
         self.manager = make_kv_cache_manager(settings, kv_events=True)
         self.block_hasher = make_block_hasher(settings)
         if hash_fn is not None:
-            from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+            from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
             self.block_hasher = get_request_block_hasher(settings.block_size, hash_fn)
         self.published: list[list[Any]] = []
@@ -129,7 +134,7 @@ class EventSource:
 
     def step(self) -> None:
         """End an engine step: publish its events, if any, stamped with this step's time."""
-        from vllm.distributed.kv_events import KVEventBatch
+        from vllm.distributed.kv_events import KVEventBatch  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         events = self.manager.take_events()
         if events:
@@ -140,9 +145,6 @@ class EventSource:
     def replay(self, trace_path: Path, limit: int | None = None) -> None:
         """Push a trace through kvscope's step model (timestamps timing, 32 running at most),
         one KVEventBatch per step stamped with the trace's clock."""
-        from collector.replay.simulator import Simulator, StepModel, VirtualClock
-        from collector.replay.traces import read_trace
-
         clock = VirtualClock()
 
         def end_step() -> None:
@@ -155,8 +157,8 @@ class EventSource:
 
     def request(self, request_id: str, token_ids: list[int], report_mode: str | None = None) -> Any:
         """A vLLM Request; `report_mode="full"` is SamplingParams(extra_args={...})."""
-        from vllm.sampling_params import SamplingParams
-        from vllm.v1.request import Request
+        from vllm.sampling_params import SamplingParams  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+        from vllm.v1.request import Request  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
 
         extra_args = None if report_mode is None else {"kv_cache_report_mode": report_mode}
         return Request(
@@ -200,8 +202,6 @@ def low64(block_hash: bytes) -> int:
 
 def events_run(path: Path, settings: CacheSettings) -> RunStore:
     """A new run file for what a `kvscope collect --vllm-kv-events` session would store."""
-    from collector.replay.block_manager import require_vllm
-
     config = RunConfig(
         source="vllm-kv-events",
         block_size=settings.block_size,
@@ -210,6 +210,30 @@ def events_run(path: Path, settings: CacheSettings) -> RunStore:
         vllm_version=require_vllm(),
     )
     return RunStore.create(path, config)
+
+
+def replay_sample(
+    sockets: Path,
+    run: RunStore,
+    source_settings: CacheSettings,
+    *,
+    limit: int | None = None,
+    hash_fn: Callable[[Any], bytes] | None = None,
+    then_reset: bool = False,
+) -> tuple[EventSource, HashConflictDetector]:
+    """The sample trace (its first `limit` requests) through vLLM's manager -> publisher ->
+    subscriber -> run file; with `then_reset`, a prefix cache reset after it, as one more step."""
+    detector = HashConflictDetector()
+    with zmq_publisher(sockets) as publisher, subscriber_for(sockets) as subscriber:
+        source = EventSource(publisher, source_settings, hash_fn=hash_fn)
+        source.replay(SAMPLE_TRACE, limit=limit)
+        if then_reset:
+            assert source.manager.reset_prefix_cache()
+            source.step()
+        wait_until_sent(publisher)
+        batches = receive(subscriber, len(source.published))
+        append_vllm_batches(run, batches, subscriber.take_gaps(), detector)
+    return source, detector
 
 
 PROBE_TOKEN_BASE = 900_000
@@ -257,8 +281,13 @@ def stored(
         block_size=len(tokens),
         medium=medium,
         group_idx=group_idx,
-        extra_keys=extra_keys,
+        extra_keys=None if extra_keys is None else [encoded(keys) for keys in extra_keys],
     )
+
+
+def encoded(keys: Any) -> msgspec.Raw:
+    """One block's extra keys as a decoded batch holds them: encoded, as vLLM sent them."""
+    return msgspec.Raw(msgspec.msgpack.encode(keys))
 
 
 def through_the_wire(vllm_batches: Sequence[Any], epoch: int = 0) -> list[ReceivedBatch]:
@@ -269,3 +298,23 @@ def through_the_wire(vllm_batches: Sequence[Any], epoch: int = 0) -> list[Receiv
         ReceivedBatch("ipc://test", epoch, seq, decode_batch(encoder.encode(batch)), False)
         for seq, batch in enumerate(vllm_batches)
     ]
+
+
+@contextmanager
+def subscribed_collector(directory: Path, *options: str) -> Iterator[tuple[Any, Any, Path]]:
+    """vLLM's publisher and a `kvscope collect` subscribed to it, with more `options`:
+    (publisher, process, run)."""
+    with ExitStack() as stack:
+        publisher = stack.enter_context(zmq_publisher(directory))
+        run = directory / "run.duckdb"
+        process = stack.enter_context(
+            collector_process(
+                run,
+                f"ipc://{directory}/hooks",
+                *("--vllm-kv-events", f"ipc://{directory}/events"),
+                *("--vllm-kv-replay", f"ipc://{directory}/replay"),
+                *("--vllm-kv-topic", TOPIC),
+                *options,
+            )
+        )
+        yield publisher, process, run

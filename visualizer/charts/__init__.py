@@ -1,2 +1,3 @@
-"""Chart builders: pure functions from query results to Plotly figures, a module per page
-(`comparison` also draws the CI report's charts), all in the look of `theme`."""
+"""Chart builders: pure functions from query results to Plotly figures, a module per page, all
+in the look of `collector.charts.theme` (the run-versus-run charts the CI report draws too are
+`collector.charts.comparison`)."""

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, nth_color, styled
+from collector.charts.theme import COLORS, nth_color, styled
 
 
 def chart_figure(chart: dict[str, Any]) -> go.Figure:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, per_point, two_axes_figure
+from collector.charts.theme import COLORS, per_point, time_bars, two_axes_figure
 
 
 def collision_checks_figure(points: pd.DataFrame, hash_algo: str) -> go.Figure:
@@ -15,12 +15,7 @@ def collision_checks_figure(points: pd.DataFrame, hash_algo: str) -> go.Figure:
     found_points = points[points["collisions"] > 0]
     most = max(int(points["collisions"].max()), 1)
     return two_axes_figure(
-        go.Bar(
-            x=points["t_s"],
-            y=points["block_hits"],
-            name="block hits checked",
-            marker_color=COLORS["cached_free"],
-        ),
+        time_bars(points, "block_hits", "block hits checked", COLORS["cached_free"]),
         go.Scatter(
             x=found_points["t_s"],
             y=found_points["collisions"],

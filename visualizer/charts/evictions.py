@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import blank_zeros, styled
+from collector.charts.theme import blank_zeros, styled
 
 OTHERS = "(others)"
 

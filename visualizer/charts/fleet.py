@@ -3,15 +3,19 @@ blocks cached on more than one engine at once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import (
+from collector.charts.theme import (
     COLORS,
     RATIO_AXIS,
-    alarm_line,
+    free_share_lines,
     nth_color,
     styled,
+    time_bars,
+    time_line,
     two_axes_figure,
 )
 
@@ -20,84 +24,77 @@ ENGINE_AXIS = {"title": "", "type": "category"}
 
 def engine_hit_ratio_figure(engines: pd.DataFrame) -> go.Figure:
     """Token hit ratio per engine (`fleet.fleet_engines`' rows)."""
-    figure = go.Figure(
-        go.Bar(
-            x=engines["engine"],
-            y=engines["hit_ratio"],
-            name="token hit ratio",
-            marker_color=COLORS["tokens"],
-            customdata=engines[["hit_tokens", "prompt_tokens"]],
-            hovertemplate="%{x}: %{y:.1%} (%{customdata[0]:,} of %{customdata[1]:,} tokens)"
-            "<extra></extra>",
-        )
-    )
-    return styled(
-        figure,
+    return _engine_bars(
+        engines,
+        "hit_ratio",
+        "token hit ratio",
+        COLORS["tokens"],
+        engines[["hit_tokens", "prompt_tokens"]],
+        "%{x}: %{y:.1%} (%{customdata[0]:,} of %{customdata[1]:,} tokens)<extra></extra>",
         title="Token hit ratio per engine",
-        xaxis=ENGINE_AXIS,
         yaxis=RATIO_AXIS,
-        hovermode="closest",
     )
 
 
 def engine_requests_figure(engines: pd.DataFrame) -> go.Figure:
     """Requests per engine, with their prompt tokens on hover."""
+    return _engine_bars(
+        engines,
+        "requests",
+        "requests",
+        COLORS["blocks"],
+        engines["prompt_tokens"],
+        "%{x}: %{y:,} requests, %{customdata:,} prompt tokens<extra></extra>",
+        title="Requests per engine",
+        yaxis_title="requests",
+    )
+
+
+def _engine_bars(  # noqa: PLR0917 - the bar's own settings, as go.Bar names them
+    engines: pd.DataFrame,
+    column: str,
+    name: str,
+    color: str,
+    customdata: pd.DataFrame | pd.Series,
+    hovertemplate: str,
+    **layout: Any,
+) -> go.Figure:
+    """One bar per engine of `column`, its hover from `customdata`."""
     figure = go.Figure(
         go.Bar(
             x=engines["engine"],
-            y=engines["requests"],
-            name="requests",
-            marker_color=COLORS["blocks"],
-            customdata=engines["prompt_tokens"],
-            hovertemplate="%{x}: %{y:,} requests, %{customdata:,} prompt tokens<extra></extra>",
+            y=engines[column],
+            name=name,
+            marker_color=color,
+            customdata=customdata,
+            hovertemplate=hovertemplate,
         )
     )
-    return styled(
-        figure,
-        title="Requests per engine",
-        xaxis=ENGINE_AXIS,
-        yaxis_title="requests",
-        hovermode="closest",
-    )
+    return styled(figure, xaxis=ENGINE_AXIS, hovermode="closest", **layout)
 
 
 def free_share_figure(timeline: pd.DataFrame, alarm_fraction: float) -> go.Figure:
     """Each engine's free share of its pool over time (`fleet.free_share_timeline`), one line
     per engine, with the alarm line."""
-    figure = go.Figure()
-    for index, (engine, points) in enumerate(timeline.groupby("engine", sort=False)):
-        figure.add_scatter(
-            x=points["t_s"],
-            y=points["free_share"],
-            name=str(engine),
-            mode="lines",
-            line={"color": nth_color(index)},
-        )
-    alarm_line(figure, alarm_fraction, alarm_fraction)
-    return styled(
-        figure,
-        title="Free share of each engine's pool",
-        xaxis_title="time (s)",
-        yaxis={"title": "free blocks", "range": [0, 1], "tickformat": ".0%"},
-    )
+    lines = [
+        (str(engine), points["t_s"], points["free_share"], {"color": nth_color(index)})
+        for index, (engine, points) in enumerate(timeline.groupby("engine", sort=False))
+    ]
+    return free_share_lines(lines, alarm_fraction, "Free share of each engine's pool", 1)
 
 
 def duplication_figure(over_time: pd.DataFrame) -> go.Figure:
     """Block hashes cached on more than one engine at once (bars), and the GiB their extra
     copies take (line), per time point (`fleet.fleet_duplication`)."""
     return two_axes_figure(
-        go.Bar(
-            x=over_time["t_s"],
-            y=over_time["duplicated_hashes"],
-            name="hashes on more than one engine",
-            marker_color=COLORS["cached_free"],
+        time_bars(
+            over_time, "duplicated_hashes", "hashes on more than one engine", COLORS["cached_free"]
         ),
-        go.Scatter(
-            x=over_time["t_s"],
-            y=over_time["duplicated_gib"],
-            name="GiB of extra copies",
-            mode="lines",
-            line={"color": COLORS["in_use"]},
+        time_line(
+            over_time,
+            "duplicated_gib",
+            "GiB of extra copies",
+            COLORS["in_use"],
             customdata=over_time["duplicated_blocks"],
             hovertemplate="%{y:.3g} GiB (%{customdata:,} blocks)",
         ),

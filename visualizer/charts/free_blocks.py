@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, alarm_line, styled
+from collector.charts.theme import COLORS, alarm_line, styled
 
 POOL_STATES = (
     ("in_use", "in use"),

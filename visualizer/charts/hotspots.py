@@ -7,7 +7,7 @@ import itertools
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, blank_zeros, styled
+from collector.charts.theme import COLORS, blank_zeros, styled
 
 HEAT_SCALES = {"hits": "Greens", "stores": "Blues", "evictions": "Oranges"}
 

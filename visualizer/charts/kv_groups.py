@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import CATEGORY_COLORS, COLORS, styled
+from collector.charts.theme import CATEGORY_COLORS, COLORS, styled
 
 
 def group_in_use_figure(

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import (
+from collector.charts.theme import (
     COLORS,
     LAYOUT,
     RATIO_AXIS,
     per_point,
     styled,
+    time_bars,
+    time_line,
     two_axes_figure,
 )
 
@@ -38,19 +40,8 @@ def activity_figure(buckets: pd.DataFrame) -> go.Figure:
     """Blocks evicted (bars) and requests admitted (line, right axis) per time bucket: the
     two differ by orders of magnitude, so each gets its own axis."""
     return two_axes_figure(
-        go.Bar(
-            x=buckets["t_s"],
-            y=buckets["evictions"],
-            name="blocks evicted",
-            marker_color=COLORS["evictions"],
-        ),
-        go.Scatter(
-            x=buckets["t_s"],
-            y=buckets["requests"],
-            name="requests admitted",
-            mode="lines+markers",
-            line={"color": COLORS["tokens"]},
-        ),
+        time_bars(buckets, "evictions", "blocks evicted", COLORS["evictions"]),
+        time_line(buckets, "requests", "requests admitted", COLORS["tokens"], "lines+markers"),
         title="Requests and evictions over time",
         left_title=per_point(buckets, "blocks evicted"),
         right_title=per_point(buckets, "requests"),

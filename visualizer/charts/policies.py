@@ -7,7 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import BLACK, BLUE, COLORS, GREEN, ORANGE, RATIO_AXIS, styled
+from collector.charts.theme import BLACK, BLUE, COLORS, GREEN, ORANGE, RATIO_AXIS, styled
 
 # Row key (collector/model/policy_curves.py) -> legend name, colour, dash, marker. The ceiling
 # is drawn dashed: no real policy reaches it.

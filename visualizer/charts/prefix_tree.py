@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import ROOT_COLOR, category_colors, styled
+from collector.charts.theme import ROOT_COLOR, category_colors, styled
 
 ROOT_ID = "all"
 COLOR_BY = ("tenant", "adapter", "age")
@@ -60,6 +60,22 @@ def _node_colors(
     return {"colors": [ROOT_COLOR, *(legend[label] for label in categories)]}, legend
 
 
+def _node_texts(nodes: pd.DataFrame, texts: Sequence[str | None]) -> tuple[list[str], list[str]]:
+    """Each node's label (the start of its text, else its positions, and its hits) and the
+    more of its text its hover shows."""
+    labels = [
+        f"{text_snippet(text, LABEL_CHARACTERS) if text else node_label(first, last)}"
+        f"<br>{hits:,} hits"
+        for first, last, hits, text in zip(
+            nodes["first_position"], nodes["block_position"], nodes["hits"], texts, strict=True
+        )
+    ]
+    hover_texts = [
+        f"<br>“{text_snippet(text, HOVER_CHARACTERS)}”" if text else "" for text in texts
+    ]
+    return labels, hover_texts
+
+
 def prefix_tree_figure(
     nodes: pd.DataFrame,
     color_by: str,
@@ -72,16 +88,7 @@ def prefix_tree_figure(
     none, its positions; zoomed to the node `zoom_to` (click a node to zoom into it too)."""
     roots = nodes["parent"] == ""
     texts = texts if texts is not None else [None] * len(nodes)
-    labels = [
-        f"{text_snippet(text, LABEL_CHARACTERS) if text else node_label(first, last)}"
-        f"<br>{hits:,} hits"
-        for first, last, hits, text in zip(
-            nodes["first_position"], nodes["block_position"], nodes["hits"], texts, strict=True
-        )
-    ]
-    hover_texts = [
-        f"<br>“{text_snippet(text, HOVER_CHARACTERS)}”" if text else "" for text in texts
-    ]
+    labels, hover_texts = _node_texts(nodes, texts)
     tenants = nodes["tenant"].fillna("(none)").astype(str)
     adapters = nodes["lora"].fillna("(none)").astype(str)
     tokens = (nodes["block_position"] + 1) * block_size

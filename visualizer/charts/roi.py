@@ -5,26 +5,25 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, per_point, styled, two_axes_figure
+from collector.charts.theme import COLORS, per_point, styled, time_bars, time_line, two_axes_figure
 
 
 def savings_over_time_figure(series: pd.DataFrame) -> go.Figure:
     """GPU-seconds saved per point (bars) and GB held by cached blocks (line, right axis)."""
     return two_axes_figure(
-        go.Bar(
-            x=series["t_s"],
-            y=series["gpu_seconds_saved"],
-            name="GPU-seconds saved",
-            marker_color=COLORS["tokens"],
+        time_bars(
+            series,
+            "gpu_seconds_saved",
+            "GPU-seconds saved",
+            COLORS["tokens"],
             customdata=series["dollars_saved"],
             hovertemplate="%{y:.3g} GPU-s saved ($%{customdata:.3g})<extra></extra>",
         ),
-        go.Scatter(
-            x=series["t_s"],
-            y=series["gb_held"],
-            name="GB held by cached blocks",
-            mode="lines",
-            line={"color": COLORS["cached_free"]},
+        time_line(
+            series,
+            "gb_held",
+            "GB held by cached blocks",
+            COLORS["cached_free"],
             hovertemplate="%{y:.3g} GB held<extra></extra>",
         ),
         title="Compute saved vs memory held",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import COLORS, right_axis, styled
+from collector.charts.theme import COLORS, right_axis, styled
 
 
 def usage_label(usage: pd.DataFrame) -> pd.Series:

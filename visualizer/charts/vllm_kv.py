@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.charts.theme import BROWN, COLORS, GREEN, GREY, styled
+from collector.charts.theme import BROWN, COLORS, GREEN, GREY, styled
 
 # Where vLLM holds a block, as its events name it, and as the page says it.
 MEDIUM_NAMES = {"GPU": "GPU pool", "CPU": "CPU tier", "STORAGE": "storage tier"}

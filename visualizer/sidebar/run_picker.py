@@ -46,5 +46,5 @@ def render() -> None:
 def _named(path: Path, folder: Path) -> str:
     """A run by its name in the folder (its path elsewhere), flagged when it is not a run."""
     name = path.name if path.parent == folder else str(path)
-    problem = problem_with(path) if path.is_file() else None
+    problem = problem_with(path) if path.exists() else None  # a run file, or a dataset
     return f"{name} (not a run: {problem})" if problem else name

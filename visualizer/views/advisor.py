@@ -3,13 +3,20 @@ and the what-if curves (hit ratio against KV cache memory, per block size)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
+from collector.advisor import RunContext, advise
+from collector.advisor.context import PCIE_GB_PER_S
+from collector.advisor.curves import whatif_curves
+from collector.advisor.formats import to_document
+from collector.advisor.scheduler_ratios import SchedulerCheck
+from collector.model.kv_memory import DEFAULT_GPU_GIB, MODELS, GpuMemory, KVSpec
 from collector.queries import kv_groups
+from collector.replay.whatif import read_results
 from visualizer.charts.advisor import chart_data, chart_figure
 from visualizer.downloads import show_chart
 from visualizer.kv_spec_inputs import model_and_dtype
@@ -19,7 +26,7 @@ from visualizer.sidebar import controls
 
 
 @st.cache_resource(max_entries=8)
-def _replay_cache(path: str, modified_ns: int) -> dict[tuple[int, ...], Any]:
+def _replay_cache(path: str, modified_ns: int) -> dict[tuple[int, ...], SchedulerCheck]:
     """One run file's replays through vLLM's Scheduler, by pool sizes: they depend on the run
     alone, so a change of assumptions does not replay them again."""
     del path, modified_ns  # the cache key
@@ -34,29 +41,23 @@ def _replay_cache(path: str, modified_ns: int) -> dict[tuple[int, ...], Any]:
 def _advice(
     path: str,
     modified_ns: int,
-    spec: dict[str, Any],
+    spec: KVSpec,
     gpu: tuple[float, float] | None,
     whatif: str,
     *,
     max_model_len: int | None,
     pcie_gb_per_s: float,
-    _scheduler_checks: dict[tuple[int, ...], Any],
+    _scheduler_checks: dict[tuple[int, ...], SchedulerCheck],
 ) -> dict[str, Any]:
     """The advice document and the what-if curves for one run and one set of assumptions
     (`_scheduler_checks`, the run's Scheduler replays, is left out of the cache key)."""
-    from collector.advisor import RunContext, advise
-    from collector.advisor.curves import whatif_curves
-    from collector.advisor.formats import to_document
-    from collector.model.kv_memory import GpuMemory, KVSpec
-    from collector.replay.whatif import read_results
-
     del modified_ns  # part of the cache key: a rewritten run is advised afresh
     context = RunContext(
         open_run(Path(path)),
         Path(path),
-        KVSpec(**spec),
+        spec,
         GpuMemory(*gpu) if gpu else None,
-        read_results(Path(whatif)) if whatif else None,
+        read_results(Path(whatif)).results if whatif else [],
         max_model_len=max_model_len,
         pcie_gb_per_s=pcie_gb_per_s,
         scheduler_checks=_scheduler_checks,
@@ -67,12 +68,9 @@ def _advice(
     }
 
 
-def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int | None, float]:
+def _assumptions() -> tuple[KVSpec, tuple[float, float] | None, str, int | None, float]:
     """The KV spec, GPU, what-if folder, --max-model-len and PCIe bandwidth the figures
     assume; the user can change each."""
-    from collector.advisor.context import PCIE_GB_PER_S
-    from collector.model.kv_memory import DEFAULT_GPU_GIB, MODELS
-
     with st.expander("Assumptions: model KV spec, GPU, what-if sweep, PCIe", expanded=False):
         first, second, third = st.columns(3)
         model, dtype = model_and_dtype(first, second, "advisor")
@@ -108,7 +106,7 @@ def _assumptions() -> tuple[dict[str, Any], tuple[float, float] | None, str, int
             key="advisor_pcie",
             help="What a CPU tier's loads move at, host to GPU (25: PCIe 4.0 x16 in practice)",
         )
-    spec = {**asdict(MODELS[model]), "dtype": dtype, "tensor_parallel_size": int(parallel)}
+    spec = replace(MODELS[model], dtype=dtype, tensor_parallel_size=int(parallel))
     gpu = (float(gpu_gib), float(utilization)) if gpu_gib > 0 else None
     return spec, gpu, whatif.strip(), int(max_model_len) or None, float(pcie)
 
@@ -141,25 +139,10 @@ def render() -> None:
         "request at a time); a run whose requests overlapped has its cache size's hit ratios "
         "replayed through vLLM's Scheduler at its arrival times, and a what-if sweep, when "
         "given, decides the size; each suggestion names its source. Memory assumes "
-        f"{spec['name']} with a {spec['dtype']} KV cache. The advice covers the whole run "
+        f"{spec.name} with a {spec.dtype} KV cache. The advice covers the whole run "
         "(the time filter does not apply here)."
     )
-    if config["num_engines"] > 1:
-        st.info(
-            f"This run has {config['num_engines']} engines, each with its own pool of "
-            f"{config['num_blocks']:,} blocks. The curves are each engine's own (its requests "
-            "in its order), summed over the fleet: every pool size and memory figure is per "
-            "engine. Rules that model one pool are skipped; the Checks table says why."
-        )
-    groups = kv_groups.layout(run)
-    if len(groups) > 1:
-        st.warning(
-            f"This run has {len(groups)} KV cache groups (a hybrid model), all in one pool. "
-            "The one-pass curves model one full-attention group, so their pool sizes and "
-            "memory are only a guide here: replay the what-ifs through vLLM's hybrid manager "
-            "with `kvscope whatif TRACE --kv-layout LAYOUT --num-blocks ... --out DIR` (from "
-            "a run with token ids, the run's own layout is the default) and give DIR above."
-        )
+    _fleet_and_groups_notes(config, len(kv_groups.layout(run)))
     gain = max((entry["gain_tokens"] for entry in suggestions), default=0.0)
     metric_row(
         {
@@ -176,6 +159,25 @@ def render() -> None:
     # Plain text in the table: a title's `code` marks show as literal backticks there.
     checks = [{**check, "detail": check["detail"].replace("`", "")} for check in document["checks"]]
     st.dataframe(checks, hide_index=True, key="advisor_checks")
+
+
+def _fleet_and_groups_notes(config: dict[str, Any], num_groups: int) -> None:
+    """What the advice cannot say as precisely of a fleet's run, or of a hybrid model's."""
+    if config["num_engines"] > 1:
+        st.info(
+            f"This run has {config['num_engines']} engines, each with its own pool of "
+            f"{config['num_blocks']:,} blocks. The curves are each engine's own (its requests "
+            "in its order), summed over the fleet: every pool size and memory figure is per "
+            "engine. Rules that model one pool are skipped; the Checks table says why."
+        )
+    if num_groups > 1:
+        st.warning(
+            f"This run has {num_groups} KV cache groups (a hybrid model), all in one pool. "
+            "The one-pass curves model one full-attention group, so their pool sizes and "
+            "memory are only a guide here: replay the what-ifs through vLLM's hybrid manager "
+            "with `kvscope whatif TRACE --kv-layout LAYOUT --num-blocks ... --out DIR` (from "
+            "a run with token ids, the run's own layout is the default) and give DIR above."
+        )
 
 
 def _pools(config: dict[str, Any]) -> str:

@@ -9,14 +9,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from collector.charts import comparison as comparison_charts
+from collector.charts.theme import DIFFERS_COLOR, VERDICT_COLORS, table_shade
 from collector.model import comparison
 from collector.queries import activity
 from collector.queries.config import run_config
 from collector.queries.timeline import time_grid
 from collector.store.run_file import StoreError
 from visualizer import session
-from visualizer.charts import comparison as comparison_charts
-from visualizer.charts.theme import DIFFERS_COLOR, VERDICT_COLORS, table_shade
 from visualizer.downloads import show_chart
 from visualizer.run_source import current_run, open_run, runs_in_folder
 from visualizer.sidebar import controls

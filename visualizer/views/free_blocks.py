@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import per_point
 from collector.model.nicknames import with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import activity, evictions
@@ -19,7 +20,6 @@ from collector.queries.pool import (
 from collector.store.run_file import RunFile
 from visualizer.charts.evictions import eviction_matrix_figure, top_cells
 from visualizer.charts.free_blocks import free_blocks_figure
-from visualizer.charts.theme import per_point
 from visualizer.downloads import show_chart
 from visualizer.family_names import family_name
 from visualizer.metrics import metric_row

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
 
 from collector.model.nicknames import with_nicknames
+from collector.model.time_window import TimeWindow
 from collector.queries import hotspots, kv_groups
 from collector.queries.timeline import time_grid
+from collector.store.run_file import RunFile
+from engine_hooks.layout import KvGroup
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.downloads import show_chart
 from visualizer.family_names import family_name
@@ -32,6 +33,12 @@ def render() -> None:
     if heat.empty:
         st.info("No block was hit, stored or evicted in this time range.")
         return
+    _show_heatmap(run, window, heat, group)
+    _show_reuse(run, window, group)
+
+
+def _show_heatmap(run: RunFile, window: TimeWindow, heat: pd.DataFrame, group: int | None) -> None:
+    """The heatmap, one row per block bin, prefix family or tenant, of the measure picked."""
     left, right = st.columns(2)
     measure = left.radio(
         "Heatmap shows", hotspots.HEAT_MEASURES, horizontal=True, key="hotspots_measure"
@@ -55,6 +62,10 @@ def render() -> None:
         show_chart(figure, owned, key="hotspots_heatmap")
         if group is not None:
             st.caption("Families and tenants are counted on the reference KV cache group.")
+
+
+def _show_reuse(run: RunFile, window: TimeWindow, group: int | None) -> None:
+    """How skewed reuse is, and the most-hit, -stored or -evicted blocks."""
     frequencies = hotspots.hit_count_frequencies(run, window, kv_group=group)
     skew = hotspots.reuse_skew(frequencies)
     metric_row(
@@ -113,7 +124,7 @@ def _named_rows(heat: pd.DataFrame, rows: str) -> pd.DataFrame:
     return named.assign(row=[others if pd.isna(label) else label for label in labels])
 
 
-def _group_picker(groups: list[dict[str, Any]]) -> int | None:
+def _group_picker(groups: list[KvGroup]) -> int | None:
     """For a run of several KV cache groups, the group whose blocks the heatmap and the reuse
     figures show (None: every group's); the most-hit blocks are the reference group's."""
     if len(groups) == 1:

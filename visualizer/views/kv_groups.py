@@ -3,10 +3,13 @@ attention), what each group stored, reused and lost, and how much of the shared 
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
+from collector.model.time_window import TimeWindow
 from collector.queries import kv_groups
 from collector.queries.config import run_config
+from collector.store.run_file import RunFile
 from visualizer.charts.kv_groups import group_in_use_figure
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -37,13 +40,39 @@ def render() -> None:
         "sliding-window group keeps, and reuses, only the blocks its window still reads; a "
         "Mamba group one state block where a prefix ends."
     )
-    if len(groups) == 1 and groups[0]["kind"] == "full":
+    if len(groups) == 1 and groups[0].kind == "full":
         st.info(
             "This run has one full-attention group, so every block figure on the other pages "
             "is that group's. A hybrid model (gpt-oss, Gemma 3, Llama 4) has several: capture "
             "one live, or replay a trace as one with `kvscope replay --kv-layout gpt-oss` "
             "(or `gemma3`, `llama4`, or groups spelled out)."
         )
+    _metrics(run, window, figures)
+    st.dataframe(
+        figures[list(COLUMNS)].rename(columns=COLUMNS),
+        hide_index=True,
+        key="kv_groups_table",
+        column_config={COLUMNS["mean_hit_start"]: st.column_config.NumberColumn(format="%.1f")},
+    )
+    timeline = kv_groups.in_use_timeline(run, window)
+    if timeline.empty:
+        return
+    usable = int(run_config(run)["num_blocks"]) - 1
+    show_chart(
+        group_in_use_figure(timeline, list(figures["kind"]), usable),
+        timeline,
+        key="kv_groups_in_use",
+    )
+    st.caption(
+        "Blocks each group held after each scheduler step, counted by the collector from the "
+        "stream (their sum is vLLM's own in-use count). A sliding-window group frees the "
+        "blocks that fall out of its window while its request still runs."
+    )
+
+
+def _metrics(run: RunFile, window: TimeWindow, figures: pd.DataFrame) -> None:
+    """Which group holds the most, how much of the reuse is full attention's, and the hits a
+    group cut short."""
     busiest = int(figures["peak_in_use"].fillna(0).to_numpy().argmax())
     total_hits = int(figures["block_hits"].sum())
     full_hits = int(figures.loc[figures["kind"] == "full attention", "block_hits"].sum())
@@ -68,26 +97,6 @@ def render() -> None:
             "Tokens they lost": "The tokens between the hit and the longest prefix one group "
             "held, computed again; in brackets, of those plus every hit token.",
         },
-    )
-    st.dataframe(
-        figures[list(COLUMNS)].rename(columns=COLUMNS),
-        hide_index=True,
-        key="kv_groups_table",
-        column_config={COLUMNS["mean_hit_start"]: st.column_config.NumberColumn(format="%.1f")},
-    )
-    timeline = kv_groups.in_use_timeline(run, window)
-    if timeline.empty:
-        return
-    usable = int(run_config(run)["num_blocks"]) - 1
-    show_chart(
-        group_in_use_figure(timeline, list(figures["kind"]), usable),
-        timeline,
-        key="kv_groups_in_use",
-    )
-    st.caption(
-        "Blocks each group held after each scheduler step, counted by the collector from the "
-        "stream (their sum is vLLM's own in-use count). A sliding-window group frees the "
-        "blocks that fall out of its window while its request still runs."
     )
 
 

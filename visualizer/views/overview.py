@@ -16,7 +16,8 @@ from collector.queries.collisions import collision_check
 from collector.queries.config import RunRow, describe_source, run_config, run_options
 from collector.queries.fleet import num_engines
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
-from collector.queries.summary import hit_ratio
+from collector.queries.summary import capture_stops, hit_ratio
+from collector.safe_text import markdown_text
 from collector.store.run_file import RunFile
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
@@ -36,12 +37,18 @@ def render() -> None:
     pools = f"{config['num_blocks']:,} blocks"
     if engines > 1:
         pools = f"{engines} engines of {pools} each"
-    st.caption(
-        f"{path.name}: {describe_source(config)}, "
+    st.caption(  # Streamlit draws a caption as Markdown: the run's own words are escaped
+        f"{markdown_text(path.name)}: {markdown_text(describe_source(config), None)}, "
         f"block size {config['block_size']}, {pools}, "
-        f"{config['hash_algo']}, vLLM {config['vllm_version']}. "
+        f"{markdown_text(config['hash_algo'])}, vLLM {markdown_text(config['vllm_version'])}. "
         f"Showing {window_caption(window, run)}."
     )
+    stopped = capture_stops(run)
+    if stopped:
+        st.warning(
+            "Capture stopped during this run (a failure in kvscope's hooks; vLLM ran on, "
+            f"uncaptured from then on): {markdown_text(stopped, None)}"
+        )
     _metrics(figures, free_block_extremes(run, window=window))
     points = activity.figures_over_time(run, window)
     if points.empty:

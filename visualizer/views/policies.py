@@ -10,13 +10,16 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from collector.model.kv_memory import KVSpec
+from collector.advisor.context import RunContext
+from collector.model.kv_memory import MODELS, KVSpec
+from collector.model.policies import ReplayTooLarge
 from collector.model.policy_curves import (
     ADMISSION_WINDOW,
     LOT_TO_WIN,
     NEAR_CEILING,
     PIN_FAMILIES,
     PolicyCurves,
+    policy_curves,
     verdict,
 )
 from visualizer.charts.policies import POLICY_LINES, policy_curves_figure
@@ -38,10 +41,6 @@ VERDICT_BOXES = {"nothing": st.success, "some": st.info, "a lot": st.warning, "u
 @st.cache_data(max_entries=8, show_spinner="Replaying the cache policies ...")
 def _curves(path: str, modified_ns: int) -> tuple[PolicyCurves | None, str]:
     """The run's policy curves, or None and why the replays were not run."""
-    from collector.advisor.context import RunContext
-    from collector.model.policies import ReplayTooLarge
-    from collector.model.policy_curves import policy_curves
-
     del modified_ns  # part of the cache key: a rewritten run is replayed afresh
     context = RunContext(open_run(Path(path)), Path(path))
     if context.num_engines > 1:
@@ -59,8 +58,6 @@ def _curves(path: str, modified_ns: int) -> tuple[PolicyCurves | None, str]:
 
 def _spec() -> KVSpec:
     """The model KV spec the GiB column assumes; the user can change it."""
-    from collector.model.kv_memory import MODELS
-
     with st.expander("Assumption: model KV spec (for the GiB column)", expanded=False):
         first, second = st.columns(2)
         model, dtype = model_and_dtype(first, second, "policies")

@@ -165,23 +165,23 @@ def _node_details(run: RunFile, window: TimeWindow, node: pd.Series, block_size:
     block = str(node["block_hash"])
     details = prefix_tree.node_details(run, int(block, 16), window, HISTORY_ROWS)
     summary = details.summary
-    tenant, lora = (nickname(summary[key]) if summary[key] else None for key in ("tenant", "lora"))
+    tenant, lora = (nickname(owner) if owner else None for owner in (summary.tenant, summary.lora))
     st.subheader(f"Block {block}")
     st.caption(
         f"{node_label(int(node['first_position']), int(node['block_position']))} of the "
         f"prompt ({(int(node['block_position']) + 1) * block_size:,} tokens of prefix up to "
-        f"here); first stored by {summary['first_stored_by']} (tenant "
+        f"here); first stored by {summary.first_stored_by} (tenant "
         f"{tenant or '(none)'}, adapter {lora or '(none)'}); "
-        f"cached {summary['cached_s']:,.1f} s over the whole run."
+        f"cached {summary.cached_s:,.1f} s over the whole run."
     )
     metric_row(
         {
-            "Hits": f"{summary['hits']:,}",
-            "Requests": f"{summary['requests']:,}",
-            "Times evicted": f"{summary['evictions']:,}",
-            "Times re-stored": f"{summary['restores']:,}",
-            "First use": _seconds(summary["first_use_s"]),
-            "Last use": _seconds(summary["last_use_s"]),
+            "Hits": f"{summary.hits:,}",
+            "Requests": f"{summary.requests:,}",
+            "Times evicted": f"{summary.evictions:,}",
+            "Times re-stored": f"{summary.restores:,}",
+            "First use": _seconds(summary.first_use_s),
+            "Last use": _seconds(summary.last_use_s),
         }
     )
     history = details.history

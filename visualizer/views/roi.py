@@ -9,9 +9,11 @@ import streamlit as st
 
 from collector.model import cost
 from collector.model.nicknames import with_nicknames
+from collector.model.time_window import TimeWindow
 from collector.queries import activity, roi, tenants
 from collector.queries.config import run_config
 from collector.queries.hotspots import hash_hex
+from collector.store.run_file import RunFile
 from visualizer import cost_inputs
 from visualizer.charts import roi as roi_charts
 from visualizer.charts.tenants import usage_label
@@ -60,6 +62,11 @@ def render() -> None:
         f"Assumed: {model.compute_assumptions()}; {model.memory_assumptions(block_size)}. "
         "Every chart below assumes the same."
     )
+    _show_savings(run, window, model, block_size)
+
+
+def _show_savings(run: RunFile, window: TimeWindow, model: cost.CostModel, block_size: int) -> None:
+    """The savings over time, per tenant and adapter, and per prefix family."""
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")

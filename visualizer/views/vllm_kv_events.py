@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from collector.live.vllm_kv.wire import MEDIUM_GPU
 from collector.queries import vllm_kv as vllm_kv_queries
 from collector.store.run_file import RunFile
+from collector.vllm_kv.wire import MEDIUM_GPU
 from visualizer.charts import vllm_kv as vllm_kv_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row

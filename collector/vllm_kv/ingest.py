@@ -8,18 +8,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.live.vllm_kv.conflicts import BlockDescription, HashConflict, HashConflictDetector
-from collector.live.vllm_kv.wire import (
+from collector.store.run_file import RunStore
+from collector.vllm_kv.conflicts import BlockDescription, HashConflict, HashConflictDetector
+from collector.vllm_kv.wire import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     Gap,
     ReceivedBatch,
     WireBlockHash,
+    block_extra_keys,
     describes_each_block,
     hash64,
+    num_extra_keys,
 )
-from collector.store.run_file import RunStore
 
 BATCH_COLUMNS: dict[str, pa.DataType] = {
     "endpoint": pa.string(),
@@ -162,8 +164,10 @@ def _add_event(
     columns["parent_hash"].extend(None if parent is None else hash64(parent) for parent in parents)
     columns["num_tokens"].extend([event.block_size] * count)
     columns["lora_name"].extend([event.lora_name] * count)
-    keys = [*(event.extra_keys or [])[:count], *[None] * count][:count]  # one per block
-    columns["num_extra_keys"].extend(None if entry is None else len(entry) for entry in keys)
+    keys = (block_extra_keys(event, position) for position in range(count))
+    columns["num_extra_keys"].extend(
+        None if entry is None else num_extra_keys(entry) for entry in keys
+    )
     return count
 
 

@@ -11,7 +11,9 @@ What the detector remembers: each (KV cache group, medium, hash) from its BlockS
 every DP rank that stored it there has removed it (BlockRemoved), cleared its cache
 (AllBlocksCleared: the GPU pool only) or restarted. That is the window in which a consumer's
 index maps the hash to that block. It keeps a 16-byte digest of the tokens, not the tokens
-(unless asked to): about 420 bytes per cached block, some 5 us per stored block. A hash that
+(unless asked to): about 430 bytes per cached block, some 5 us per stored block, for at most
+MAX_TRACKED_BLOCKS blocks at once (some 450 MB, whatever a publisher claims is cached; past
+it, a newly stored block goes unchecked, counted, until removals make room). A hash that
 one rank caches twice at once in one medium (two requests computing the same prefix together;
 two offloaded chunks that share a block) is forgotten at its first removal.
 
@@ -25,23 +27,30 @@ that is not there. Placeholders describe no block, so they are not checked at al
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
-from collector.live.vllm_kv.wire import (
+from collector.vllm_kv.wire import (
     MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     ReceivedBatch,
     WireBlockHash,
+    block_extra_keys,
     describes_each_block,
     hash64,
 )
 
 _ENCODER = msgspec.msgpack.Encoder()
+# Cached blocks remembered at once (about 450 MB): a GPU pool of a million blocks, or pools
+# and tiers together of as many (vLLM's GPU pools hold tens of thousands).
+MAX_TRACKED_BLOCKS = 1 << 20
+
+logger = logging.getLogger("kvscope.collect")
 
 
 def _digest(value: object) -> bytes:
@@ -87,6 +96,8 @@ class HashConflict:
 
 
 Signature = tuple[WireBlockHash | None, bytes, bytes | None, str | None]
+Key = tuple[int | None, str, WireBlockHash]  # KV cache group, medium, hash
+Holding = tuple[int | None, bool]  # a DP rank, and whether in its GPU pool
 
 
 class _Entry(msgspec.Struct, gc=False):
@@ -102,11 +113,19 @@ class HashConflictDetector:
     off by default; conflicts then carry digests only).
     """
 
-    def __init__(self, record_token_ids: bool = False) -> None:
+    def __init__(
+        self, record_token_ids: bool = False, max_tracked: int = MAX_TRACKED_BLOCKS
+    ) -> None:
         self.record_token_ids = record_token_ids
+        self.max_tracked = max_tracked
         self.num_blocks_checked = 0
         self.num_blocks_unchecked = 0  # stored by events that do not describe each block
-        self._entries: dict[tuple[int | None, str, WireBlockHash], _Entry] = {}
+        self.num_blocks_untracked = 0  # stored while max_tracked blocks were remembered
+        self._entries: dict[Key, _Entry] = {}
+        # The keys each rank holds, GPU pool and tiers apart: a cache clear or a restart costs
+        # what it forgets, not every block remembered (a publisher could otherwise send a
+        # batch of 2^18 clears against a million blocks: hours).
+        self._held: dict[Holding, set[Key]] = {}
         self._epochs: dict[int | None, int] = {}
 
     @property
@@ -147,10 +166,11 @@ class HashConflictDetector:
             self.num_blocks_checked += 1
             entry = self._entries.get(key)
             if entry is None:
-                self._entries[key] = _Entry(description, (holder,))
+                self._remember(key, _Entry(description, (holder,)))
                 continue
             if holder not in entry.holders:
                 entry.holders = (*entry.holders, holder)
+                self._held.setdefault(_holding(holder, key), set()).add(key)
             differs = entry.description.differences(description)
             signature = (
                 description.parent_hash,
@@ -167,13 +187,28 @@ class HashConflictDetector:
                 )
         return conflicts
 
+    def _remember(self, key: Key, entry: _Entry) -> None:
+        """Track a newly cached block, unless max_tracked are tracked already (then it is
+        counted, and said once)."""
+        if len(self._entries) < self.max_tracked:
+            self._entries[key] = entry
+            self._held.setdefault(_holding(entry.holders[0], key), set()).add(key)
+            return
+        if not self.num_blocks_untracked:
+            logger.warning(
+                "kvscope collect: %s cached blocks remembered, kvscope's limit: blocks stored "
+                "beyond it are not checked for hash conflicts until some are removed",
+                f"{self.max_tracked:,}",
+            )
+        self.num_blocks_untracked += 1
+
     def _describe(
         self, received: ReceivedBatch, event: BlockStored, position: int, ts_ns: int
     ) -> BlockDescription:
         size = event.block_size
         tokens = event.token_ids[position * size : (position + 1) * size]
         parent = event.parent_block_hash if position == 0 else event.block_hashes[position - 1]
-        extra_keys = event.extra_keys[position] if event.extra_keys else None
+        extra_keys = block_extra_keys(event, position)  # encoded: digested as it came
         lookahead = event.lookahead_token_ids[position] if event.lookahead_token_ids else None
         return BlockDescription(
             parent_hash=None if parent is None else _key_hash(parent),
@@ -192,24 +227,29 @@ class HashConflictDetector:
 
     def _on_removed(self, dp_rank: int | None, event: BlockRemoved) -> None:
         medium = _medium(event.medium)
+        held = self._held.get((dp_rank, medium == MEDIUM_GPU))
         for block_hash in event.block_hashes:
             key = (event.group_idx, medium, _key_hash(block_hash))
-            entry = self._entries.get(key)
-            if entry is None:
-                continue
-            entry.holders = tuple(holder for holder in entry.holders if holder != dp_rank)
-            if not entry.holders:
-                del self._entries[key]
+            if held is not None and key in held:
+                held.discard(key)
+                self._release(key, dp_rank)
 
     def _on_cleared(self, dp_rank: int | None, every_medium: bool) -> None:
         """A rank's GPU pool was reset (its offload tiers too when `every_medium`: a restart)."""
-        for key in list(self._entries):
-            if not every_medium and key[1] != MEDIUM_GPU:
-                continue
-            entry = self._entries[key]
-            entry.holders = tuple(holder for holder in entry.holders if holder != dp_rank)
-            if not entry.holders:
-                del self._entries[key]
+        for in_gpu_pool in (True, False) if every_medium else (True,):
+            for key in self._held.pop((dp_rank, in_gpu_pool), ()):
+                self._release(key, dp_rank)
+
+    def _release(self, key: Key, dp_rank: int | None) -> None:
+        """`dp_rank` no longer holds `key`; forget the block once no rank does."""
+        entry = self._entries[key]
+        entry.holders = tuple(holder for holder in entry.holders if holder != dp_rank)
+        if not entry.holders:
+            del self._entries[key]
+
+
+def _holding(dp_rank: int | None, key: Key) -> Holding:
+    return dp_rank, key[1] == MEDIUM_GPU
 
 
 def _medium(medium: str | None) -> str:

@@ -12,16 +12,16 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from collector.queries.tenants import tenant_label
-from visualizer.charts.theme import (
+from collector.charts.theme import (
     COLORS,
     RATIO_AXIS,
     RUN_DASHES,
     VERDICT_COLORS,
-    alarm_line,
+    free_share_lines,
     nth_color,
     styled,
 )
+from collector.queries.tenants import TenantHitRatio, tenant_label
 
 HEIGHT = 420
 
@@ -58,23 +58,17 @@ def free_blocks_comparison_figure(
 ) -> go.Figure:
     """Free blocks (cached-but-free included) as a share of each run's usable pool, from
     `pool_timeline`, with the alarm line."""
-    figure = go.Figure()
-    for index, (label, (timeline, usable_blocks)) in enumerate(pools.items()):
-        figure.add_scatter(
-            x=timeline["t_s"],
-            y=timeline["free"] / max(usable_blocks, 1),
-            name=f"{label} ({usable_blocks:,} blocks)",
-            mode="lines",
-            line=_run_line(index, width=1.5),
+    lines = [
+        (
+            f"{label} ({usable_blocks:,} blocks)",
+            timeline["t_s"],
+            timeline["free"] / max(usable_blocks, 1),
+            _run_line(index, width=1.5),
         )
-    alarm_line(figure, alarm_fraction, alarm_fraction)
-    return styled(
-        figure,
-        title="Free blocks over time (share of the pool)",
-        xaxis_title="time (s)",
-        yaxis={"title": "free blocks", "range": [0, 1.02], "tickformat": ".0%"},
-        height=HEIGHT,
-    )
+        for index, (label, (timeline, usable_blocks)) in enumerate(pools.items())
+    ]
+    title = "Free blocks over time (share of the pool)"
+    return free_share_lines(lines, alarm_fraction, title, 1.02, height=HEIGHT)
 
 
 def evictions_comparison_figure(evictions: Mapping[str, pd.DataFrame]) -> go.Figure:
@@ -97,16 +91,16 @@ def evictions_comparison_figure(evictions: Mapping[str, pd.DataFrame]) -> go.Fig
     )
 
 
-def tenant_hit_ratio_figure(tenants: Mapping[str, list[dict[str, Any]]]) -> go.Figure:
+def tenant_hit_ratio_figure(tenants: Mapping[str, list[TenantHitRatio]]) -> go.Figure:
     """Token hit ratio per tenant (and LoRA adapter), grouped bars, one colour per run."""
     figure = go.Figure()
     for index, (label, rows) in enumerate(tenants.items()):
         figure.add_bar(
             x=[tenant_label(row) for row in rows],
-            y=[row["hit_ratio"] for row in rows],
+            y=[row.hit_ratio for row in rows],
             name=label,
             marker_color=nth_color(index),
-            customdata=[row["requests"] for row in rows],
+            customdata=[row.requests for row in rows],
             hovertemplate="%{x}: %{y:.1%} over %{customdata} requests",
         )
     return styled(

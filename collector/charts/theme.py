@@ -91,6 +91,28 @@ def alarm_line(figure: go.Figure, y: float, alarm_fraction: float) -> None:
     )
 
 
+def free_share_lines(
+    lines: Iterable[tuple[str, pd.Series, pd.Series, dict[str, Any]]],
+    alarm_fraction: float,
+    title: str,
+    top: float,
+    **layout: Any,
+) -> go.Figure:
+    """Free blocks as a share of a pool over time, a line per pool (its name, times, shares
+    and line style), with the alarm line; the share axis up to `top`."""
+    figure = go.Figure()
+    for name, times, shares, line in lines:
+        figure.add_scatter(x=times, y=shares, name=name, mode="lines", line=line)
+    alarm_line(figure, alarm_fraction, alarm_fraction)
+    return styled(
+        figure,
+        title=title,
+        xaxis_title="time (s)",
+        yaxis={"title": "free blocks", "range": [0, top], "tickformat": ".0%"},
+        **layout,
+    )
+
+
 def right_axis(title: str, **axis: Any) -> dict[str, Any]:
     """Layout keys for a second y axis on the right (for a series of another magnitude), with
     the room its title needs."""
@@ -103,6 +125,20 @@ def right_axis(title: str, **axis: Any) -> dict[str, Any]:
         "showgrid": False,
     }
     return {"yaxis2": yaxis2 | axis, "margin": LAYOUT["margin"] | {"r": 60}}
+
+
+def time_bars(points: pd.DataFrame, column: str, name: str, color: str, **bar: Any) -> go.Bar:
+    """Bars of `column` at each time point (`t_s`) of `points`."""
+    return go.Bar(x=points["t_s"], y=points[column], name=name, marker_color=color, **bar)
+
+
+def time_line(
+    points: pd.DataFrame, column: str, name: str, color: str, mode: str = "lines", **line: Any
+) -> go.Scatter:
+    """A line of `column` over the time points (`t_s`) of `points`."""
+    return go.Scatter(
+        x=points["t_s"], y=points[column], name=name, mode=mode, line={"color": color}, **line
+    )
 
 
 def two_axes_figure(

@@ -7,35 +7,66 @@ sequence number it wants (8 bytes, big-endian) and gets every buffered batch fro
 subscriber that joins late or falls behind its high-water mark), so the sequence numbers are
 the only witness: a jump is a gap, healed from the replay buffer when it still holds the
 batches, and recorded as a `Gap` when it does not.
+
+Memory is bounded whatever a publisher sends: a message is at most MAX_MESSAGE_BYTES, ZMQ
+queues at most RECEIVE_HIGH_WATER_MARK of them here (beyond, it leaves them in the
+publisher's queue: vLLM keeps 100,000), a poll decodes at most POLL_BYTES of them or
+MAX_BLOCKS_PER_BATCH block rows (at least one batch), and a replay takes at most
+REPLAY_BYTES (the rest is asked for again, or recorded as lost).
+
+A batch that is not one this collector stores (`wire.decode_batch`: undecodable, a value past
+the collector's bounds, fields that disagree, too many blocks) is refused whole: recorded as a
+gap saying why, counted by reason (`rejected`), logged the first time each reason occurs, and
+the batches beside it are handed out as usual.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from types import TracebackType
 
-import msgspec
 import zmq
 
-from collector.live.vllm_kv.wire import Gap, ReceivedBatch, decode_batch
-from engine_hooks.events import INT64_MAX
+from collector.live.batch_check import Rejections
+from collector.safe_text import shown
+from collector.vllm_kv.wire import (
+    MAX_BLOCKS_PER_BATCH,
+    MAX_MESSAGE_BYTES,
+    Gap,
+    ReceivedBatch,
+    RefusedBatch,
+    decode_batch,
+    num_rows,
+)
+from engine_hooks.endpoint import check_endpoint
+from engine_hooks.events import INT32_MAX, INT64_MAX
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-RECEIVE_HIGH_WATER_MARK = 100_000  # vLLM's PUB side keeps as many; the default 1,000 drops
-MAX_MESSAGE_BYTES = 256 << 20  # ZMQ cuts off a larger frame before anything is decoded
+# Messages ZMQ queues on this side: 128 MiB at most. A PUB socket does not drop what a slow
+# SUB leaves queued; it holds it in its own queue (vLLM's: 100,000 batches) until read.
+RECEIVE_HIGH_WATER_MARK = 8
+# Of messages one poll decodes: one of the largest alone, or many small ones.
+POLL_BYTES = MAX_MESSAGE_BYTES // 2
+REPLAY_BYTES = 64 << 20  # of one replay: 10,000 steps of 6 KiB
 SEQ_BYTES = 8
 
 NO_REPLAY_ENDPOINT = "no replay endpoint was given"
 NOT_IN_BUFFER = "no longer in vLLM's replay buffer"
 REPLAY_TIMED_OUT = "vLLM's replay socket did not answer in time"
-UNDECODABLE = "undecodable payload"
+REPLAY_TOO_LARGE = f"more than kvscope takes from one replay ({REPLAY_BYTES >> 20} MiB)"
+REFUSED = "refused"
+
+logger = logging.getLogger("kvscope.collect")
 
 
 class VllmKvEventSubscriber:
     """Receives `KVEventBatch`es in sequence order from one vLLM publisher (one DP rank).
 
     `first_seq` is the batch expected first: 0 for a new run (earlier batches the replay
-    buffer no longer holds are a gap), or one past the last stored batch to resume.
+    buffer no longer holds are a gap), or one past the last stored batch to resume. The
+    endpoints are checked as the collector's own (`check_endpoint`): an abstract socket, which
+    anyone could bind first and feed, only when allowed; no port 0.
     """
 
     def __init__(
@@ -46,7 +77,11 @@ class VllmKvEventSubscriber:
         *,
         first_seq: int = 0,
         replay_timeout_ms: int = 2_000,
+        allow_abstract: bool | None = None,
     ) -> None:
+        for checked in (endpoint, replay_endpoint):
+            if checked is not None:
+                check_endpoint(checked, allow_abstract)
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self.replay_timeout_ms = replay_timeout_ms
@@ -54,6 +89,7 @@ class VllmKvEventSubscriber:
         self.num_received = 0
         self.num_replayed = 0
         self.num_duplicates = 0
+        self.rejected = Rejections()  # batches refused, by reason
         self._topic = topic.encode()
         self._next_seq = first_seq
         self._last_live_seq: int | None = None
@@ -77,16 +113,23 @@ class VllmKvEventSubscriber:
 
     def poll(self, timeout_ms: int, max_batches: int = 1_000) -> list[ReceivedBatch]:
         """Batches that arrived within `timeout_ms`, in sequence order, gaps healed when
-        vLLM's replay buffer allows (at most `max_batches` live ones per call)."""
+        vLLM's replay buffer allows: at most `max_batches` live ones per call, POLL_BYTES of
+        them, or MAX_BLOCKS_PER_BATCH block rows (what is left waits for the next call)."""
         received: list[ReceivedBatch] = []
         if not self._socket.poll(timeout_ms):
             return received
+        taken_bytes = rows = 0
         for _ in range(max_batches):
+            if taken_bytes >= POLL_BYTES or rows >= MAX_BLOCKS_PER_BATCH:
+                break
             try:
                 frames = self._socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            received.extend(self._on_live_message(frames))
+            taken_bytes += sum(map(len, frames))
+            batches = self._on_live_message(frames)
+            rows += sum(num_rows(received.batch) for received in batches)
+            received.extend(batches)
         return received
 
     def catch_up(self) -> list[ReceivedBatch]:
@@ -95,9 +138,10 @@ class VllmKvEventSubscriber:
         Returns nothing when the socket does not answer in time (nothing is known lost)."""
         if self.replay_endpoint is None:
             return []
-        replies, complete = self._request_replay(self._next_seq)
-        if not complete:
+        replies, ending = self._request_replay(self._next_seq)
+        if ending == REPLAY_TIMED_OUT:
             return []
+        # All that vLLM holds, or REPLAY_BYTES of it: the rest, still held, comes next time.
         newest = max((seq for seq, _ in replies), default=self._next_seq - 1)
         batches = self._take_replies(replies, self._next_seq, newest, None)
         self._next_seq = max(self._next_seq, newest + 1)
@@ -137,6 +181,9 @@ class VllmKvEventSubscriber:
             return []
         if self._last_live_seq is not None and seq <= self._last_live_seq:
             # One PUB socket's numbers only rise: the engine restarted and counts from 0.
+            if self.epoch == INT32_MAX:  # the run file's INTEGER: a publisher forever restarting
+                self._refuse(seq, RefusedBatch("restarts", f"{INT32_MAX:,} restarts already"))
+                return []
             self.epoch += 1
             self._next_seq = 0
         self._last_live_seq = seq
@@ -152,8 +199,8 @@ class VllmKvEventSubscriber:
     def _decode(self, seq: int, payload: bytes, replayed: bool) -> ReceivedBatch | None:
         try:
             batch = decode_batch(payload)
-        except msgspec.DecodeError as error:
-            self._record_gap(seq, seq, None, f"{UNDECODABLE}: {error}")
+        except RefusedBatch as refused:
+            self._refuse(seq, refused)
             return None
         self.num_received += 1
         self.num_replayed += replayed
@@ -166,10 +213,16 @@ class VllmKvEventSubscriber:
         if self.replay_endpoint is None:
             self._record_gap(first_seq, last_seq, dp_rank, NO_REPLAY_ENDPOINT)
             return []
-        replies, complete = self._request_replay(first_seq)
-        if not complete:
+        replies, ending = self._request_replay(first_seq)
+        if ending == REPLAY_TIMED_OUT:
             self._record_gap(first_seq, last_seq, dp_rank, REPLAY_TIMED_OUT)
             return []
+        if ending == REPLAY_TOO_LARGE:
+            newest = max((seq for seq, _ in replies), default=first_seq - 1)
+            batches = self._take_replies(replies, first_seq, min(newest, last_seq), dp_rank)
+            if newest < last_seq:
+                self._record_gap(max(newest + 1, first_seq), last_seq, dp_rank, REPLAY_TOO_LARGE)
+            return batches
         return self._take_replies(replies, first_seq, last_seq, dp_rank)
 
     def _take_replies(
@@ -196,16 +249,20 @@ class VllmKvEventSubscriber:
             self._record_gap(expected, last_seq, dp_rank, NOT_IN_BUFFER)
         return batches
 
-    def _request_replay(self, first_seq: int) -> tuple[list[tuple[int, bytes]], bool]:
-        """Every buffered (seq, payload) from first_seq on, and whether the end marker came.
+    def _request_replay(self, first_seq: int) -> tuple[list[tuple[int, bytes]], str | None]:
+        """Every buffered (seq, payload) from first_seq on, up to REPLAY_BYTES of them, and
+        why they may not be all: None when the end marker came, REPLAY_TIMED_OUT,
+        REPLAY_TOO_LARGE.
 
         A fresh DEALER per request, so a late answer to a request that timed out can never
         be read as the answer to the next one.
         """
         assert self.replay_endpoint is not None
         replies: list[tuple[int, bytes]] = []
+        taken_bytes = 0
         dealer = self._context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.RCVHWM, RECEIVE_HIGH_WATER_MARK)
         dealer.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         try:
             dealer.connect(self.replay_endpoint)
@@ -214,18 +271,38 @@ class VllmKvEventSubscriber:
             while True:
                 remaining_ms = round((deadline - time.monotonic()) * 1000)
                 if remaining_ms <= 0 or not dealer.poll(remaining_ms):
-                    return replies, False
+                    return replies, REPLAY_TIMED_OUT
                 frames = dealer.recv_multipart()
                 if len(frames) != 4:
                     continue
                 _, topic, seq_bytes, payload = frames
                 if seq_bytes == END_SEQ:
-                    return replies, True
+                    return replies, None
                 seq = _sequence_number(seq_bytes)
                 if topic == self._topic and seq is not None:
+                    if replies and taken_bytes + len(payload) > REPLAY_BYTES:
+                        return replies, REPLAY_TOO_LARGE  # one batch always comes
+                    taken_bytes += len(payload)
                     replies.append((seq, payload))
         finally:
             dealer.close(linger=0)
+
+    def _refuse(self, seq: int, refused: RefusedBatch) -> None:
+        """Record batch `seq` as lost for `refused`'s reason; count it, and log its reason the
+        first time (a stream of bad batches writes one line, not one a batch)."""
+        detail = shown(str(refused).removeprefix(f"{refused.reason}: "))
+        first = refused.reason not in self.rejected.by_reason
+        self.rejected.count(refused)
+        self._record_gap(seq, seq, None, f"{REFUSED} ({refused.reason}): {detail}")
+        if first:
+            logger.warning(
+                "kvscope collect: refused batch %d from %s (%s): %s; later batches refused "
+                "for this reason are counted, not logged",
+                seq,
+                shown(self.endpoint),
+                refused.reason,
+                detail,
+            )
 
     def _record_gap(self, first_seq: int, last_seq: int, dp_rank: int | None, reason: str) -> None:
         self._gaps.append(
