@@ -1,0 +1,282 @@
+"""The SQL behind miss_causes.py (its docstring defines the causes): each lookup's segments
+and missed full blocks, each block's state at the lookup on its engine and on the others,
+the cause each run of new blocks opens with, and each block's cause.
+
+The statements take `$request` (one request's lookups, or NULL for all) and `$start` /
+`$end` (the lookups of a time window, or NULL).
+"""
+
+from __future__ import annotations
+
+from collector.store.reference_group import IN_REFERENCE_GROUP
+
+# Each lookup, where it starts in its engine's records (`cut`: the first record of its
+# admission, the hits, allocations, evictions and stores it made, which come before the
+# lookup's own record), its segments' bounds in tokens and its missed blocks' positions.
+_LOOKUPS = """
+lookup_rows AS (
+    SELECT seq, ts_ns, request_id, coalesce(engine_id, '') AS engine,
+        coalesce(dp_rank, 0) AS rank, preempted, num_prompt_tokens AS prompt,
+        num_hit_tokens AS hit, coalesce(num_tier_hit_tokens, 0) AS tier,
+        greatest(coalesce(longest_group_hit_tokens, 0) - num_hit_tokens
+            - coalesce(num_tier_hit_tokens, 0), 0) AS group_cut
+    FROM events
+    WHERE kind = 'lookup' AND ($request IS NULL OR request_id = $request)
+        AND ($start IS NULL OR ts_ns >= $start) AND ($end IS NULL OR ts_ns < $end)
+),
+own_rows AS (
+    SELECT seq, request_id, kind IN ('hit', 'allocate', 'store', 'evict') AS admitting
+    FROM events
+    WHERE request_id IN (SELECT request_id FROM lookup_rows)
+),
+lookups AS (
+    SELECT lookup_rows.*, min(own_rows.seq) AS cut
+    FROM lookup_rows
+    ASOF LEFT JOIN (SELECT * FROM own_rows WHERE NOT admitting) AS before
+        ON before.request_id = lookup_rows.request_id AND before.seq < lookup_rows.seq
+    LEFT JOIN own_rows
+        ON own_rows.request_id = lookup_rows.request_id AND own_rows.admitting
+        AND own_rows.seq > coalesce(before.seq, -1) AND own_rows.seq < lookup_rows.seq
+    GROUP BY ALL
+),
+bounds AS (
+    SELECT lookups.* REPLACE (coalesce(cut, seq) AS cut), runs.block_size AS bs,
+        hit + tier + group_cut AS miss_start,
+        (hit + tier + group_cut + bs - 1) // bs AS first_block,
+        greatest(prompt - 1, 0) // bs AS end_block,
+        greatest(end_block * bs, miss_start) AS tail_start,
+        greatest(least(first_block * bs, tail_start) - miss_start, 0) AS unaligned
+    FROM lookups, runs
+)"""
+# Each missed full block with the hash the request holds there and its own state.
+_BLOCK_STATES = f"""
+request_blocks AS (
+    SELECT request_id, block_position AS position, any_value(block_hash) AS block_hash
+    FROM events
+    WHERE kind IN ('store', 'hit') AND {IN_REFERENCE_GROUP}
+        AND request_id IN (SELECT request_id FROM lookups)
+    GROUP BY ALL
+),
+missed AS (
+    SELECT seq, cut, ts_ns, request_id, engine, rank, preempted, bs,
+        unnest(range(first_block, end_block)) AS position
+    FROM bounds
+),
+engine_events AS (
+    SELECT seq, ts_ns, kind, block_id, block_hash, request_id,
+        coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
+    FROM events
+    WHERE kind = 'evict' OR kind = 'reset' OR (kind = 'store' AND {IN_REFERENCE_GROUP})
+),
+stores AS (
+    SELECT engine, rank, seq AS store_seq, ts_ns AS stored_ns, block_id, block_hash,
+        request_id AS stored_by
+    FROM engine_events WHERE kind = 'store'
+),
+evictions AS (SELECT * FROM engine_events WHERE kind = 'evict'),
+resets AS (SELECT * FROM engine_events WHERE kind = 'reset'),
+lifetimes AS (
+    SELECT stores.*,
+        CASE WHEN evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
+            THEN 'evict' WHEN resets.seq IS NOT NULL THEN 'reset' END AS ended_by,
+        CASE WHEN ended_by = 'evict' THEN evictions.seq ELSE resets.seq END AS ended_seq,
+        CASE WHEN ended_by = 'evict' THEN evictions.ts_ns ELSE resets.ts_ns END AS ended_ns,
+        CASE WHEN ended_by = 'evict' THEN evictions.request_id END AS evicted_by
+    FROM stores
+    ASOF LEFT JOIN evictions
+        ON stores.engine = evictions.engine AND stores.rank = evictions.rank
+        AND stores.block_id = evictions.block_id AND evictions.seq > stores.store_seq
+    ASOF LEFT JOIN resets
+        ON stores.engine = resets.engine AND stores.rank = resets.rank
+        AND resets.seq > stores.store_seq
+),
+here AS (
+    SELECT missed.*, request_blocks.block_hash, parents.block_hash AS parent_hash,
+        lifetimes.store_seq IS NOT NULL AS stored_here,
+        lifetimes.store_seq IS NOT NULL
+            AND (lifetimes.ended_seq IS NULL OR lifetimes.ended_seq >= missed.cut) AS cached_here,
+        lifetimes.ended_by, lifetimes.ended_ns, lifetimes.evicted_by,
+        lifetimes.stored_by = missed.request_id AS own_store
+    FROM missed
+    LEFT JOIN request_blocks USING (request_id, position)
+    LEFT JOIN request_blocks AS parents
+        ON parents.request_id = missed.request_id AND parents.position = missed.position - 1
+    ASOF LEFT JOIN lifetimes
+        ON lifetimes.engine = missed.engine AND lifetimes.rank = missed.rank
+        AND lifetimes.block_hash = request_blocks.block_hash
+        AND lifetimes.store_seq < missed.cut
+),
+"""
+# ... and its state elsewhere, on the other engines of a fleet (no f-string: struct braces).
+_ELSEWHERE = """
+elsewhere AS (
+    SELECT here.seq, here.engine, here.rank, here.position,
+        arg_min(lifetimes.engine, lifetimes.stored_ns) FILTER (
+            WHERE lifetimes.ended_ns IS NULL OR lifetimes.ended_ns > here.ts_ns
+        ) AS cached_on,
+        arg_max({'engine': lifetimes.engine, 'ended_by': lifetimes.ended_by,
+            'evicted_by': lifetimes.evicted_by, 'ended_ns': lifetimes.ended_ns},
+            lifetimes.ended_ns) FILTER (WHERE lifetimes.ended_ns <= here.ts_ns) AS ended_on
+    FROM here
+    JOIN lifetimes
+        ON lifetimes.block_hash = here.block_hash AND lifetimes.stored_ns < here.ts_ns
+        AND (lifetimes.engine <> here.engine OR lifetimes.rank <> here.rank)
+    WHERE NOT here.cached_here
+    GROUP BY ALL
+),
+states AS (
+    SELECT here.*, elsewhere.cached_on,
+        CASE
+            WHEN here.block_hash IS NULL THEN 'never_stored'
+            WHEN cached_here THEN 'cached'
+            WHEN cached_on IS NOT NULL THEN 'other_engine'
+            WHEN stored_here AND ended_by = 'reset' THEN 'cleared'
+            WHEN stored_here AND own_store AND here.preempted THEN 'preempted'
+            WHEN stored_here THEN 'evicted'
+            WHEN ended_on IS NULL THEN 'new'
+            WHEN ended_on.ended_by = 'reset' THEN 'cleared'
+            ELSE 'evicted'
+        END AS state,
+        CASE WHEN NOT stored_here THEN ended_on.engine END AS ended_engine,
+        CASE WHEN stored_here THEN here.evicted_by ELSE ended_on.evicted_by END AS evictor,
+        CASE WHEN stored_here THEN here.ended_ns ELSE ended_on.ended_ns END AS gone_ns
+    FROM here
+    LEFT JOIN elsewhere USING (seq, engine, rank, position)
+),
+"""
+# Each run of new blocks opens with a key mismatch, a divergence or a cold block.
+_NEW_BLOCKS = f"""
+sequenced AS (
+    SELECT states.*,
+        lag(state) OVER (PARTITION BY engine, rank, seq ORDER BY position) AS previous_state
+    FROM states
+),
+openings AS (
+    SELECT seq, cut, engine, rank, position, request_id, ts_ns, parent_hash, bs
+    FROM sequenced
+    WHERE state = 'new' AND previous_state IS DISTINCT FROM 'new'
+),
+placed_stores AS (
+    SELECT seq, ts_ns, parent_hash, block_position, request_id,
+        coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
+    FROM events
+    WHERE kind = 'store' AND {IN_REFERENCE_GROUP}
+),
+earlier_stores AS (
+    SELECT openings.seq, openings.engine, openings.rank, openings.position,
+        openings.request_id, openings.parent_hash, openings.bs,
+        placed_stores.parent_hash AS their_parent, placed_stores.request_id AS their_request,
+        placed_stores.ts_ns AS their_ns
+    FROM openings
+    JOIN placed_stores
+        ON placed_stores.block_position = openings.position
+        AND (placed_stores.ts_ns < openings.ts_ns
+            OR (placed_stores.engine = openings.engine AND placed_stores.rank = openings.rank
+                AND placed_stores.seq < openings.cut))
+),
+keyed AS (
+    SELECT EXISTS (SELECT 1 FROM requests WHERE salt_hash IS NOT NULL OR lora IS NOT NULL)
+        OR EXISTS (SELECT 1 FROM events WHERE kind = 'store' AND len(extra_keys) > 0)
+        AS has_keys
+),
+divergences AS (
+    SELECT DISTINCT seq, engine, rank, position
+    FROM earlier_stores
+    WHERE their_parent = parent_hash
+),
+mismatches AS (
+    SELECT earlier.seq, earlier.engine, earlier.rank, earlier.position,
+        arg_min(CASE
+            WHEN mine.salt_hash IS DISTINCT FROM theirs.salt_hash THEN 'cache_salt'
+            WHEN mine.lora IS DISTINCT FROM theirs.lora THEN 'lora'
+            ELSE 'extra_keys'
+        END, earlier.their_ns) AS key_kind
+    FROM earlier_stores AS earlier
+    JOIN request_tokens AS my_tokens ON my_tokens.request_id = earlier.request_id
+    JOIN request_tokens AS their_tokens ON their_tokens.request_id = earlier.their_request
+    JOIN requests AS mine ON mine.request_id = earlier.request_id
+    JOIN requests AS theirs ON theirs.request_id = earlier.their_request
+    CROSS JOIN keyed
+    WHERE keyed.has_keys
+        AND list_slice(my_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
+            = list_slice(their_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
+    GROUP BY ALL
+),
+classified AS (
+    SELECT sequenced.*, mismatches.key_kind,
+        keyed.has_keys AND recorded.request_id IS NULL AS keys_unseen,
+        CASE
+            WHEN state = 'never_stored' THEN 'unexplained'
+            WHEN state = 'cached' OR (state = 'new' AND previous_state = 'new') THEN NULL
+            WHEN state <> 'new' THEN state
+            WHEN mismatches.key_kind IS NOT NULL THEN 'key_mismatch'
+            WHEN keys_unseen THEN 'unexplained'
+            WHEN divergences.seq IS NOT NULL THEN 'diverged'
+            ELSE 'cold'
+        END AS own_cause,
+        CASE
+            WHEN state = 'never_stored' THEN 'never_stored'
+            WHEN own_cause = 'unexplained' THEN 'no_token_ids'
+        END AS own_reason,
+        max(CASE WHEN own_cause IS NOT NULL THEN position END) OVER (
+            PARTITION BY engine, rank, seq ORDER BY position
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS source_position
+    FROM sequenced
+    CROSS JOIN keyed
+    LEFT JOIN (SELECT DISTINCT request_id FROM request_tokens) AS recorded USING (request_id)
+    LEFT JOIN mismatches USING (seq, engine, rank, position)
+    LEFT JOIN divergences USING (seq, engine, rank, position)
+),
+"""
+# Each missed full block with its cause (its own, or the block's it follows).
+_BLOCKS = """
+blocks AS (
+    SELECT block.seq, block.engine, block.rank, block.request_id, block.ts_ns,
+        block.preempted, block.position, block.bs, block.state,
+        coalesce(source.own_cause, 'unexplained') AS cause,
+        CASE WHEN source.own_cause IS NULL THEN 'cached_at_lookup' ELSE source.own_reason END
+            AS reason,
+        source.key_kind, source.cached_on AS other_engine, source.ended_engine AS evicted_on,
+        source.evictor AS evicted_by, block.ts_ns - source.gone_ns AS evicted_ago_ns
+    FROM classified AS block
+    LEFT JOIN classified AS source
+        ON source.seq = block.seq AND source.engine = block.engine
+        AND source.rank = block.rank AND source.position = block.source_position
+),
+"""
+_SEGMENTS = """
+segments AS (
+    SELECT seq, engine, rank, request_id, ts_ns, preempted, cause, reason, tokens,
+        tokens // bs AS blocks, first_token // bs AS first_position, NULL AS key_kind,
+        NULL AS other_engine, NULL AS evicted_on, NULL AS evicted_by, NULL AS evicted_ago_ns
+    FROM bounds, LATERAL (VALUES
+        ('hit', NULL, hit, 0),
+        ('tier', NULL, tier, hit),
+        ('group_cut', NULL, group_cut, hit + tier),
+        ('unexplained', 'unaligned', unaligned, miss_start),
+        ('partial_block', NULL, prompt - tail_start, tail_start)
+    ) AS segment(cause, reason, tokens, first_token)
+    WHERE tokens > 0
+    UNION ALL
+    SELECT seq, engine, rank, request_id, ts_ns, preempted, cause, arg_min(reason, position),
+        count(*) * any_value(bs), count(*), min(position), arg_min(key_kind, position),
+        arg_min(other_engine, position), arg_min(evicted_on, position),
+        arg_min(evicted_by, position), arg_min(evicted_ago_ns, position)
+    FROM blocks
+    GROUP BY seq, engine, rank, request_id, ts_ns, preempted, cause
+),
+evictor_roots AS (
+    SELECT request_id AS evicted_by, any_value(block_hash) AS evicted_by_family
+    FROM events
+    WHERE kind IN ('hit', 'store') AND block_position = 0
+        AND request_id IN (SELECT evicted_by FROM segments)
+    GROUP BY ALL
+)
+SELECT segments.*, requests.tenant AS evicted_by_tenant, evictor_roots.evicted_by_family
+FROM segments
+LEFT JOIN requests ON requests.request_id = segments.evicted_by
+LEFT JOIN evictor_roots USING (evicted_by)
+"""
+WITH_BLOCKS = "WITH " + _LOOKUPS + ",\n" + _BLOCK_STATES + _ELSEWHERE + _NEW_BLOCKS + _BLOCKS
+LOOKUP_CAUSES_SQL = WITH_BLOCKS + _SEGMENTS
