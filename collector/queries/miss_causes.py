@@ -29,16 +29,24 @@ reference group):
   preemption; `cleared` when a cache reset ended it;
 - cached on another engine earlier, no more: `evicted` (there);
 - never cached anywhere before the lookup, a new hash. The first new block of a run of them
-  is `key_mismatch` when an earlier request cached the same tokens (the whole prefix up to
-  this block) under another key: a cache salt, a LoRA adapter or another extra key (told
-  from recorded token ids); else `diverged` when an earlier request had cached the same
-  prefix up to this block and went on with other tokens; else `cold` (first sight). Each new
-  block after it takes its cause: its hash is new because its parent's is.
+  is `key_mismatch` when an earlier request on the same engine cached the same tokens (the
+  whole prefix up to this block) under another key: a cache salt, a LoRA adapter or another
+  extra key (told by the key-free fingerprint the hooks send with each stored block, or
+  from recorded token ids; across engines vLLM's hashes agree only under one hash seed, so
+  only one engine's blocks are compared); else `diverged` when an earlier request had
+  cached the same prefix up to this block and went on with other tokens; else `cold`
+  (first sight). Each new block after it takes its cause: its hash is new because its
+  parent's is.
 
 What cannot be told is `unexplained`, never guessed: a block the request never stored or hit
-(aborted, or its records dropped); the new blocks of a run whose requests carry extra keys
-(salts, adapters, multimodal inputs) when token ids were not recorded, since a key mismatch
-then looks like a cold block. A run of vLLM's KV events alone has no lookups at all.
+(aborted, or its records dropped); the blocks that open a run of new hashes, on an engine
+that had met extra keys (salts, adapters, multimodal inputs) before the lookup, when the
+block has neither a key-free fingerprint (the fingerprints switched off) nor recorded token
+ids: a key mismatch then looks like a cold block. A run of vLLM's KV events alone has no
+lookups at all.
+
+The run file holds the causes in its derived table `lookup_causes`
+(collector/store/lookup_causes.py, which carries them from one live copy to the next).
 """
 
 from __future__ import annotations
@@ -46,8 +54,7 @@ from __future__ import annotations
 import pandas as pd
 
 from collector.model.time_window import TimeWindow
-from collector.queries.missed_blocks import LOOKUP_CAUSES_SQL, WITH_BLOCKS
-from collector.store.reference_group import IN_REFERENCE_GROUP
+from collector.store.lookup_causes import REQUEST_BLOCKS
 from collector.store.run_file import RunFile
 
 # The causes, in the order the waterfall and the tables show them.
@@ -81,39 +88,34 @@ CAUSE_NAMES = {
 }
 UNEXPLAINED_REASONS = {
     "never_stored": "the request never stored this block (aborted, or records dropped)",
-    "no_token_ids": "token ids were not recorded, and the run has extra keys: a key mismatch "
-    "cannot be told from a cold or diverged block",
+    "no_token_ids": "neither token ids nor key-free fingerprints were recorded, and the engine "
+    "had met extra keys: a key mismatch cannot be told from a cold or diverged block",
     "cached_at_lookup": "cached on this engine at the lookup, yet not hit",
     "unaligned": "a part block between the tier or group hit and the next block boundary",
 }
 
-# A request's missed full blocks, one row each (`blocks` ends the WITH list with a comma).
-_REQUEST_BLOCKS_SQL = (
-    WITH_BLOCKS.rstrip().removesuffix(",")
-    + " SELECT * EXCLUDE (bs) FROM blocks ORDER BY engine, rank, seq, position"
-)
-
-
-def _parameters(request: str | None = None, window: TimeWindow | None = None) -> dict[str, object]:
-    return {
-        "request": request,
-        "start": None if window is None else window.start_ns,
-        "end": None if window is None else window.end_ns,
-    }
+_WINDOW = "($start IS NULL OR ts_ns >= $start) AND ($end IS NULL OR ts_ns < $end)"
 
 
 def lookup_causes(
     run: RunFile, request: str | None = None, window: TimeWindow | None = None
 ) -> pd.DataFrame:
     """One row per lookup and cause (of one request's lookups with `request`, of the lookups
-    in `window` with one): the lookup (`seq`, `engine`, `rank`, `request_id`, `ts_ns`,
-    `preempted`), the `cause`, its `tokens`, `blocks` and first block position, and its
-    details (those of its first block): `reason` (unexplained), `key_kind`, `other_engine`,
+    in `window` with one), from the run's `lookup_causes` table: the lookup (`seq`,
+    `engine`, `rank`, `request_id`, `ts_ns`, `preempted`), the `cause`, its `tokens`,
+    `blocks` and first block position, the request's prefix `family`, and the details of
+    the cause's first block: `reason` (unexplained), `key_kind`, `other_engine`,
     `evicted_on` (another engine), `evicted_by` (the request whose allocation evicted it,
     its tenant and its prefix family) and `evicted_ago_ns` (how long before the lookup)."""
     return run.frame(
-        LOOKUP_CAUSES_SQL + " ORDER BY engine, rank, seq, first_position",
-        _parameters(request, window),
+        f"""SELECT * FROM lookup_causes
+        WHERE ($request IS NULL OR request_id = $request) AND {_WINDOW}
+        ORDER BY engine, rank, seq, first_position""",
+        {
+            "request": request,
+            "start": None if window is None else window.start_ns,
+            "end": None if window is None else window.end_ns,
+        },
     )
 
 
@@ -121,9 +123,12 @@ def cause_totals(run: RunFile, window: TimeWindow | None = None) -> pd.DataFrame
     """Per cause (every one of CAUSES, in their order, 0 where none): the `tokens` of the
     lookups (in `window`), their `share` of the prompt tokens looked up, and the `lookups`
     that lost tokens to it."""
-    causes = lookup_causes(run, window=window)
-    totals = causes.groupby("cause").agg(tokens=("tokens", "sum"), lookups=("seq", "size"))
-    totals = totals.reindex(list(CAUSES), fill_value=0).reset_index()
+    totals = run.frame(
+        f"""SELECT cause, CAST(sum(tokens) AS BIGINT) AS tokens, count(*) AS lookups
+        FROM lookup_causes WHERE {_WINDOW} GROUP BY cause""",
+        _window(window),
+    ).set_index("cause")
+    totals = totals.reindex(list(CAUSES), fill_value=0).rename_axis("cause").reset_index()
     looked_up = int(totals["tokens"].sum())
     totals["share"] = totals["tokens"] / looked_up if looked_up else 0.0
     return totals
@@ -132,27 +137,7 @@ def cause_totals(run: RunFile, window: TimeWindow | None = None) -> pd.DataFrame
 def request_block_causes(run: RunFile, request: str) -> pd.DataFrame:
     """A request's missed full blocks, one row per lookup and block `position`, with the
     block's `state` at the lookup and its cause (and details) as in `lookup_causes`."""
-    return run.frame(_REQUEST_BLOCKS_SQL, _parameters(request))
-
-
-_FAMILY_LOSSES_SQL = f"""
-WITH causes AS ({LOOKUP_CAUSES_SQL}),
-roots AS (
-    SELECT request_id, any_value(block_hash) AS family
-    FROM events
-    WHERE kind IN ('hit', 'store') AND block_position = 0 AND {IN_REFERENCE_GROUP}
-    GROUP BY ALL
-)
-SELECT *, CAST(sum(tokens) OVER (PARTITION BY family) AS BIGINT) AS family_tokens
-FROM (
-    SELECT roots.family, causes.cause, CAST(sum(causes.tokens) AS BIGINT) AS tokens,
-        count(DISTINCT causes.request_id) AS requests
-    FROM causes
-    LEFT JOIN roots USING (request_id)
-    WHERE causes.cause NOT IN ('hit', 'tier')
-    GROUP BY ALL
-)
-"""
+    return run.frame(REQUEST_BLOCKS, {"request": request})
 
 
 def family_losses(run: RunFile, window: TimeWindow | None = None) -> pd.DataFrame:
@@ -161,6 +146,21 @@ def family_losses(run: RunFile, window: TimeWindow | None = None) -> pd.DataFram
     per cause, with the `requests` that missed them and the family's missed tokens in all
     (`family_tokens`); the families that lost most first."""
     return run.frame(
-        _FAMILY_LOSSES_SQL + " ORDER BY family_tokens DESC, family, tokens DESC",
-        _parameters(window=window),
+        f"""SELECT *, CAST(sum(tokens) OVER (PARTITION BY family) AS BIGINT) AS family_tokens
+        FROM (
+            SELECT family, cause, CAST(sum(tokens) AS BIGINT) AS tokens,
+                count(DISTINCT request_id) AS requests
+            FROM lookup_causes
+            WHERE cause NOT IN ('hit', 'tier') AND {_WINDOW}
+            GROUP BY ALL
+        )
+        ORDER BY family_tokens DESC, family, tokens DESC""",
+        _window(window),
     )
+
+
+def _window(window: TimeWindow | None) -> dict[str, object]:
+    return {
+        "start": None if window is None else window.start_ns,
+        "end": None if window is None else window.end_ns,
+    }

@@ -17,6 +17,9 @@ copy before (where its open lifetimes ended) on: the states before it stand, and
 from it on are derived from the lifetimes cached then or after
 (`CARRIED_FLEET_STATES`), a few per cached block.
 
+The lookups' causes (lookup_causes.py) of the requests that finished before the new rows
+are final and stand; the others' are derived again (`CARRIED_LOOKUP_CAUSES`).
+
 This equals building the tables from every event row, as long as each engine's new rows
 come after its rows of the copy before (record numbers above its last), which an engine's
 one connection to its collector keeps, the run's settings are unchanged, and so is the time
@@ -47,6 +50,7 @@ from collector.store.lifetime_rollups import (
     WHOLE_PREFIX_BLOCKS,
     WHOLE_TENANT_SHARING,
 )
+from collector.store.lookup_causes import CARRIED_LOOKUP_CAUSES, WHOLE_LOOKUP_CAUSES
 from collector.store.sql_literal import path_literal
 
 _SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
@@ -103,12 +107,13 @@ class CopyCarry:
         self, connection: duckdb.DuckDBPyConnection, previous: PreviousCopy | None
     ) -> dict[str, Callable[[], None]]:
         """The steps that build the carried tables, by table; the rebuild runs them in its
-        order, the lifetimes first and the fleet's states last."""
+        order, the lifetimes first and the lookups' causes last."""
         return {
             "cache_lifetimes": partial(self._lifetimes, connection, previous),
             "prefix_blocks": partial(self._prefix_blocks, connection),
             "tenant_sharing": partial(self._tenant_sharing, connection),
             "fleet_states": partial(self._fleet_states, connection),
+            "lookup_causes": partial(self._lookup_causes, connection),
         }
 
     def _lifetimes(
@@ -152,9 +157,15 @@ class CopyCarry:
             else:
                 since_ns = min(int(value) for value in row if value is not None)
                 connection.execute(CARRIED_FLEET_STATES, {"since_ns": since_ns})
-            connection.execute(f"DETACH {PREVIOUS_COPY}")
         else:
             connection.execute(WHOLE_FLEET_STATES)
+
+    def _lookup_causes(self, connection: duckdb.DuckDBPyConnection) -> None:
+        if self.carried:
+            connection.execute(CARRIED_LOOKUP_CAUSES, {"first_row": self._first_new})
+            connection.execute(f"DETACH {PREVIOUS_COPY}")
+        else:
+            connection.execute(WHOLE_LOOKUP_CAUSES)
         connection.execute(_NOTE, ["carried" if self.carried else "whole"])
 
 

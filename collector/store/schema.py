@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collector.store.lookup_causes import WHOLE_LOOKUP_CAUSES
 from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
@@ -125,7 +126,8 @@ CREATE_STATEMENTS = (
         lora VARCHAR,
         engine_id VARCHAR,
         dp_rank SMALLINT,
-        kv_group SMALLINT
+        kv_group SMALLINT,
+        token_fingerprint UBIGINT
     )""",
     """CREATE TABLE pool (
         seq UBIGINT NOT NULL,
@@ -179,4 +181,5 @@ DERIVED_STATEMENTS = (
         AND request_id IS NOT NULL
     GROUP BY request_id""",
     *ROLLUP_STATEMENTS,
+    WHOLE_LOOKUP_CAUSES,
 )

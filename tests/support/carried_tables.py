@@ -9,7 +9,13 @@ from pathlib import Path
 
 from collector.store.run_file import RunFile, RunStore
 
-CARRIED = ("cache_lifetimes", "prefix_blocks", "tenant_sharing", "fleet_states")  # in order
+CARRIED = (  # in order
+    "cache_lifetimes",
+    "prefix_blocks",
+    "tenant_sharing",
+    "fleet_states",
+    "lookup_causes",
+)
 
 Tables = dict[str, Counter[tuple[object, ...]]]
 

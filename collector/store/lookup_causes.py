@@ -1,9 +1,18 @@
-"""The SQL behind miss_causes.py (its docstring defines the causes): each lookup's segments
-and missed full blocks, each block's state at the lookup on its engine and on the others,
-the cause each run of new blocks opens with, and each block's cause.
+"""The derived table `lookup_causes`: one row per lookup and cause, every prompt token of
+every lookup given one cause (collector/queries/miss_causes.py defines them and reads it).
+Built from every event row (`WHOLE_LOOKUP_CAUSES`), or carried over by a live copy
+(`CARRIED_LOOKUP_CAUSES`, collector/store/copy_carry.py).
 
-The statements take `$request` (one request's lookups, or NULL for all) and `$start` /
-`$end` (the lookups of a time window, or NULL).
+The SQL: each lookup's segments and missed full blocks; each block's state at the lookup on
+its engine and on the others; the cause each run of new blocks opens with; each block's
+cause; per lookup and cause, its tokens and the details of its first block.
+
+A lookup's causes are final once its request has finished: they read the events before the
+lookup (on its engine, or timed before it on the others), and the request's own records
+(the hashes it stored), which end with it. Whether a key mismatch can be told without token
+ids turns on the keys its engine had seen before the lookup, not on later ones. So a live
+copy keeps the rows of the requests that finished before its new rows, and were timed
+before all of them, as they were, and derives the others again.
 """
 
 from __future__ import annotations
@@ -21,11 +30,11 @@ lookup_rows AS (
         greatest(coalesce(longest_group_hit_tokens, 0) - num_hit_tokens
             - coalesce(num_tier_hit_tokens, 0), 0) AS group_cut
     FROM events
-    WHERE kind = 'lookup' AND ($request IS NULL OR request_id = $request)
-        AND ($start IS NULL OR ts_ns >= $start) AND ($end IS NULL OR ts_ns < $end)
+    WHERE kind = 'lookup' AND {lookups_of}
 ),
 own_rows AS (
-    SELECT seq, request_id, kind IN ('hit', 'allocate', 'store', 'evict') AS admitting
+    SELECT seq, request_id, coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+        kind IN ('hit', 'allocate', 'store', 'evict') AS admitting
     FROM events
     WHERE request_id IN (SELECT request_id FROM lookup_rows)
 ),
@@ -33,9 +42,11 @@ lookups AS (
     SELECT lookup_rows.*, min(own_rows.seq) AS cut
     FROM lookup_rows
     ASOF LEFT JOIN (SELECT * FROM own_rows WHERE NOT admitting) AS before
-        ON before.request_id = lookup_rows.request_id AND before.seq < lookup_rows.seq
+        ON before.request_id = lookup_rows.request_id AND before.engine = lookup_rows.engine
+        AND before.rank = lookup_rows.rank AND before.seq < lookup_rows.seq
     LEFT JOIN own_rows
-        ON own_rows.request_id = lookup_rows.request_id AND own_rows.admitting
+        ON own_rows.request_id = lookup_rows.request_id AND own_rows.engine = lookup_rows.engine
+        AND own_rows.rank = lookup_rows.rank AND own_rows.admitting
         AND own_rows.seq > coalesce(before.seq, -1) AND own_rows.seq < lookup_rows.seq
     GROUP BY ALL
 ),
@@ -51,7 +62,9 @@ bounds AS (
 # Each missed full block with the hash the request holds there and its own state.
 _BLOCK_STATES = f"""
 request_blocks AS (
-    SELECT request_id, block_position AS position, any_value(block_hash) AS block_hash
+    SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank, request_id,
+        block_position AS position, any_value(block_hash) AS block_hash,
+        any_value(token_fingerprint) FILTER (WHERE kind = 'store') AS token_fp
     FROM events
     WHERE kind IN ('store', 'hit') AND {IN_REFERENCE_GROUP}
         AND request_id IN (SELECT request_id FROM lookups)
@@ -91,16 +104,18 @@ lifetimes AS (
         AND resets.seq > stores.store_seq
 ),
 here AS (
-    SELECT missed.*, request_blocks.block_hash, parents.block_hash AS parent_hash,
+    SELECT missed.*, request_blocks.block_hash, request_blocks.token_fp,
+        parents.block_hash AS parent_hash,
         lifetimes.store_seq IS NOT NULL AS stored_here,
         lifetimes.store_seq IS NOT NULL
             AND (lifetimes.ended_seq IS NULL OR lifetimes.ended_seq >= missed.cut) AS cached_here,
         lifetimes.ended_by, lifetimes.ended_ns, lifetimes.evicted_by,
         lifetimes.stored_by = missed.request_id AS own_store
     FROM missed
-    LEFT JOIN request_blocks USING (request_id, position)
+    LEFT JOIN request_blocks USING (engine, rank, request_id, position)
     LEFT JOIN request_blocks AS parents
-        ON parents.request_id = missed.request_id AND parents.position = missed.position - 1
+        ON parents.request_id = missed.request_id AND parents.engine = missed.engine
+        AND parents.rank = missed.rank AND parents.position = missed.position - 1
     ASOF LEFT JOIN lifetimes
         ON lifetimes.engine = missed.engine AND lifetimes.rank = missed.rank
         AND lifetimes.block_hash = request_blocks.block_hash
@@ -152,59 +167,75 @@ sequenced AS (
     FROM states
 ),
 openings AS (
-    SELECT seq, cut, engine, rank, position, request_id, ts_ns, parent_hash, bs
+    SELECT seq, cut, engine, rank, position, request_id, ts_ns, parent_hash, token_fp, bs
     FROM sequenced
     WHERE state = 'new' AND previous_state IS DISTINCT FROM 'new'
 ),
 placed_stores AS (
-    SELECT seq, ts_ns, parent_hash, block_position, request_id,
+    SELECT seq, ts_ns, parent_hash, block_position, request_id, token_fingerprint,
         coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
     FROM events
     WHERE kind = 'store' AND {IN_REFERENCE_GROUP}
 ),
 earlier_stores AS (
     SELECT openings.seq, openings.engine, openings.rank, openings.position,
-        openings.request_id, openings.parent_hash, openings.bs,
+        openings.request_id, openings.parent_hash, openings.bs, openings.token_fp,
         placed_stores.parent_hash AS their_parent, placed_stores.request_id AS their_request,
-        placed_stores.ts_ns AS their_ns
+        placed_stores.ts_ns AS their_ns, placed_stores.token_fingerprint AS their_fp,
+        placed_stores.engine = openings.engine AND placed_stores.rank = openings.rank
+            AS same_engine
     FROM openings
     JOIN placed_stores
         ON placed_stores.block_position = openings.position
-        AND (placed_stores.ts_ns < openings.ts_ns
-            OR (placed_stores.engine = openings.engine AND placed_stores.rank = openings.rank
-                AND placed_stores.seq < openings.cut))
+        AND CASE  -- before the lookup: by record number on its engine, by time elsewhere
+            WHEN placed_stores.engine = openings.engine AND placed_stores.rank = openings.rank
+                THEN placed_stores.seq < openings.cut
+            ELSE placed_stores.ts_ns < openings.ts_ns
+        END
 ),
-keyed AS (
-    SELECT EXISTS (SELECT 1 FROM requests WHERE salt_hash IS NOT NULL OR lora IS NOT NULL)
-        OR EXISTS (SELECT 1 FROM events WHERE kind = 'store' AND len(extra_keys) > 0)
-        AS has_keys
+keyed AS (  -- where each engine first met an extra key (a salt, an adapter, another key)
+    SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
+        min(seq) AS first_key_seq
+    FROM events
+    WHERE (kind = 'arrive' AND (salt_hash IS NOT NULL OR lora IS NOT NULL))
+        OR (kind = 'store' AND len(extra_keys) > 0)
+    GROUP BY ALL
 ),
 divergences AS (
     SELECT DISTINCT seq, engine, rank, position
     FROM earlier_stores
     WHERE their_parent = parent_hash
 ),
+same_tokens AS (
+    SELECT earlier.*
+    FROM earlier_stores AS earlier
+    WHERE earlier.same_engine AND earlier.token_fp = earlier.their_fp
+    UNION ALL
+    SELECT earlier.*
+    FROM earlier_stores AS earlier
+    JOIN request_tokens AS my_tokens ON my_tokens.request_id = earlier.request_id
+    JOIN request_tokens AS their_tokens ON their_tokens.request_id = earlier.their_request
+    JOIN keyed USING (engine, rank)
+    WHERE keyed.first_key_seq <= earlier.seq AND earlier.same_engine AND earlier.token_fp IS NULL
+        AND list_slice(my_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
+            = list_slice(their_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
+),
 mismatches AS (
-    SELECT earlier.seq, earlier.engine, earlier.rank, earlier.position,
+    SELECT same.seq, same.engine, same.rank, same.position,
         arg_min(CASE
             WHEN mine.salt_hash IS DISTINCT FROM theirs.salt_hash THEN 'cache_salt'
             WHEN mine.lora IS DISTINCT FROM theirs.lora THEN 'lora'
             ELSE 'extra_keys'
-        END, earlier.their_ns) AS key_kind
-    FROM earlier_stores AS earlier
-    JOIN request_tokens AS my_tokens ON my_tokens.request_id = earlier.request_id
-    JOIN request_tokens AS their_tokens ON their_tokens.request_id = earlier.their_request
-    JOIN requests AS mine ON mine.request_id = earlier.request_id
-    JOIN requests AS theirs ON theirs.request_id = earlier.their_request
-    CROSS JOIN keyed
-    WHERE keyed.has_keys
-        AND list_slice(my_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
-            = list_slice(their_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
+        END, same.their_ns) AS key_kind
+    FROM same_tokens AS same
+    LEFT JOIN requests AS mine ON mine.request_id = same.request_id
+    LEFT JOIN requests AS theirs ON theirs.request_id = same.their_request
     GROUP BY ALL
 ),
 classified AS (
     SELECT sequenced.*, mismatches.key_kind,
-        keyed.has_keys AND recorded.request_id IS NULL AS keys_unseen,
+        coalesce(keyed.first_key_seq <= seq, false) AND recorded.request_id IS NULL
+            AND token_fp IS NULL AS keys_unseen,
         CASE
             WHEN state = 'never_stored' THEN 'unexplained'
             WHEN state = 'cached' OR (state = 'new' AND previous_state = 'new') THEN NULL
@@ -223,7 +254,7 @@ classified AS (
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
         ) AS source_position
     FROM sequenced
-    CROSS JOIN keyed
+    LEFT JOIN keyed USING (engine, rank)
     LEFT JOIN (SELECT DISTINCT request_id FROM request_tokens) AS recorded USING (request_id)
     LEFT JOIN mismatches USING (seq, engine, rank, position)
     LEFT JOIN divergences USING (seq, engine, rank, position)
@@ -245,7 +276,7 @@ blocks AS (
         AND source.rank = block.rank AND source.position = block.source_position
 ),
 """
-_SEGMENTS = """
+_SEGMENTS = f"""
 segments AS (
     SELECT seq, engine, rank, request_id, ts_ns, preempted, cause, reason, tokens,
         tokens // bs AS blocks, first_token // bs AS first_position, NULL AS key_kind,
@@ -266,17 +297,57 @@ segments AS (
     FROM blocks
     GROUP BY seq, engine, rank, request_id, ts_ns, preempted, cause
 ),
-evictor_roots AS (
-    SELECT request_id AS evicted_by, any_value(block_hash) AS evicted_by_family
+roots AS (
+    SELECT request_id, any_value(block_hash) AS family
     FROM events
-    WHERE kind IN ('hit', 'store') AND block_position = 0
-        AND request_id IN (SELECT evicted_by FROM segments)
+    WHERE kind IN ('hit', 'store') AND block_position = 0 AND {IN_REFERENCE_GROUP}
+        AND (request_id IN (SELECT request_id FROM segments)
+            OR request_id IN (SELECT evicted_by FROM segments))
     GROUP BY ALL
 )
-SELECT segments.*, requests.tenant AS evicted_by_tenant, evictor_roots.evicted_by_family
+SELECT segments.*, roots.family, requests.tenant AS evicted_by_tenant,
+    evictors.family AS evicted_by_family
 FROM segments
+LEFT JOIN roots USING (request_id)
 LEFT JOIN requests ON requests.request_id = segments.evicted_by
-LEFT JOIN evictor_roots USING (evicted_by)
+LEFT JOIN roots AS evictors ON evictors.request_id = segments.evicted_by
 """
-WITH_BLOCKS = "WITH " + _LOOKUPS + ",\n" + _BLOCK_STATES + _ELSEWHERE + _NEW_BLOCKS + _BLOCKS
-LOOKUP_CAUSES_SQL = WITH_BLOCKS + _SEGMENTS
+_WITH_BLOCKS = "WITH " + _LOOKUPS + ",\n" + _BLOCK_STATES + _ELSEWHERE + _NEW_BLOCKS + _BLOCKS
+_LOOKUP_CAUSES = _WITH_BLOCKS + _SEGMENTS
+
+# Every lookup's causes, from every event row.
+WHOLE_LOOKUP_CAUSES = "CREATE OR REPLACE TABLE lookup_causes AS " + _LOOKUP_CAUSES.replace(
+    "{lookups_of}", "true"
+)
+# The lookups the copy before (`previous_copy`) holds as they stand: of requests that
+# finished on their engine before event row `$first_row`, and earlier than every new row
+# (another engine's new records may be timed before the copy's last: a clock behind, or a
+# late delivery).
+_SETTLED = """({lookup}.ts_ns < (SELECT min(ts_ns) FROM events WHERE rowid >= $first_row)
+    AND EXISTS (
+        SELECT 1 FROM events AS finish
+        WHERE finish.kind = 'finish' AND finish.rowid < $first_row
+            AND finish.request_id = {lookup}.request_id
+            AND coalesce(finish.engine_id, '') = {engine}
+            AND coalesce(finish.dp_rank, 0) = {rank}
+    ))"""
+CARRIED_LOOKUP_CAUSES = (
+    "CREATE OR REPLACE TABLE lookup_causes AS "
+    + _LOOKUP_CAUSES.replace(
+        "{lookups_of}",
+        "NOT coalesce("
+        + _SETTLED.format(
+            lookup="events",
+            engine="coalesce(events.engine_id, '')",
+            rank="coalesce(events.dp_rank, 0)",
+        )
+        + ", false)",
+    )
+    + " UNION ALL SELECT * FROM previous_copy.lookup_causes AS kept WHERE "
+    + _SETTLED.format(lookup="kept", engine="kept.engine", rank="kept.rank")
+)
+# One request's missed full blocks, one row each (`$request`).
+REQUEST_BLOCKS = (
+    _WITH_BLOCKS.replace("{lookups_of}", "request_id = $request").rstrip().removesuffix(",")
+    + " SELECT * EXCLUDE (bs) FROM blocks ORDER BY engine, rank, seq, position"
+)
