@@ -177,22 +177,6 @@ placed_stores AS (
     FROM events
     WHERE kind = 'store' AND {IN_REFERENCE_GROUP}
 ),
-earlier_stores AS (
-    SELECT openings.seq, openings.engine, openings.rank, openings.position,
-        openings.request_id, openings.parent_hash, openings.bs, openings.token_fp,
-        placed_stores.parent_hash AS their_parent, placed_stores.request_id AS their_request,
-        placed_stores.ts_ns AS their_ns, placed_stores.token_fingerprint AS their_fp,
-        placed_stores.engine = openings.engine AND placed_stores.rank = openings.rank
-            AS same_engine
-    FROM openings
-    JOIN placed_stores
-        ON placed_stores.block_position = openings.position
-        AND CASE  -- before the lookup: by record number on its engine, by time elsewhere
-            WHEN placed_stores.engine = openings.engine AND placed_stores.rank = openings.rank
-                THEN placed_stores.seq < openings.cut
-            ELSE placed_stores.ts_ns < openings.ts_ns
-        END
-),
 keyed AS (  -- where each engine first met an extra key (a salt, an adapter, another key)
     SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
         min(seq) AS first_key_seq
@@ -201,24 +185,57 @@ keyed AS (  -- where each engine first met an extra key (a salt, an adapter, ano
         OR (kind = 'store' AND len(extra_keys) > 0)
     GROUP BY ALL
 ),
+-- Another request's block after the same parent, cached before the lookup (by record number
+-- on its engine, by time elsewhere): the prompt diverged inside this block.
 divergences AS (
-    SELECT DISTINCT seq, engine, rank, position
-    FROM earlier_stores
-    WHERE their_parent = parent_hash
+    SELECT DISTINCT openings.seq, openings.engine, openings.rank, openings.position
+    FROM openings
+    JOIN placed_stores AS theirs
+        ON theirs.parent_hash = openings.parent_hash AND theirs.block_position = openings.position
+        AND CASE
+            WHEN theirs.engine = openings.engine AND theirs.rank = openings.rank
+                THEN theirs.seq < openings.cut
+            ELSE theirs.ts_ns < openings.ts_ns
+        END
+),
+-- A block of the same engine cached before the lookup with the same tokens (the same
+-- key-free fingerprint, or, without one, the same recorded prompt up to it): another key.
+fingerprinted AS (
+    SELECT openings.seq, openings.engine, openings.rank, openings.position,
+        openings.request_id, theirs.request_id AS their_request, theirs.ts_ns AS their_ns
+    FROM openings
+    JOIN placed_stores AS theirs
+        ON theirs.token_fingerprint = openings.token_fp AND theirs.engine = openings.engine
+        AND theirs.rank = openings.rank AND theirs.seq < openings.cut
+),
+token_openings AS (
+    SELECT openings.*,
+        hash(list_slice(tokens.token_ids, 1, (openings.position + 1) * openings.bs)) AS prefix
+    FROM openings
+    JOIN keyed USING (engine, rank)
+    JOIN request_tokens AS tokens USING (request_id)
+    WHERE openings.token_fp IS NULL AND keyed.first_key_seq <= openings.seq
+),
+token_candidates AS (
+    SELECT theirs.*,
+        hash(list_slice(tokens.token_ids, 1, (theirs.block_position + 1) * runs.block_size))
+            AS prefix
+    FROM placed_stores AS theirs
+    JOIN request_tokens AS tokens USING (request_id)
+    CROSS JOIN runs
+    WHERE (theirs.engine, theirs.rank, theirs.block_position) IN (
+        SELECT (engine, rank, position) FROM token_openings)
 ),
 same_tokens AS (
-    SELECT earlier.*
-    FROM earlier_stores AS earlier
-    WHERE earlier.same_engine AND earlier.token_fp = earlier.their_fp
+    SELECT * FROM fingerprinted
     UNION ALL
-    SELECT earlier.*
-    FROM earlier_stores AS earlier
-    JOIN request_tokens AS my_tokens ON my_tokens.request_id = earlier.request_id
-    JOIN request_tokens AS their_tokens ON their_tokens.request_id = earlier.their_request
-    JOIN keyed USING (engine, rank)
-    WHERE keyed.first_key_seq <= earlier.seq AND earlier.same_engine AND earlier.token_fp IS NULL
-        AND list_slice(my_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
-            = list_slice(their_tokens.token_ids, 1, (earlier.position + 1) * earlier.bs)
+    SELECT openings.seq, openings.engine, openings.rank, openings.position,
+        openings.request_id, theirs.request_id, theirs.ts_ns
+    FROM token_openings AS openings
+    JOIN token_candidates AS theirs
+        ON theirs.prefix = openings.prefix AND theirs.engine = openings.engine
+        AND theirs.rank = openings.rank AND theirs.block_position = openings.position
+        AND theirs.seq < openings.cut
 ),
 mismatches AS (
     SELECT same.seq, same.engine, same.rank, same.position,
