@@ -88,7 +88,7 @@ WITH lifetime_hits AS (
 SELECT
     block_hash, parent_hash, block_position, block_id, kv_group, store_seq, stored_ns,
     coalesce(ended_at, grid.end_ns) AS ended_ns, ended_by, stored_by, tenant, lora,
-    salt_hash, root_hash, hits + coalesce(new_hits, 0) AS hits, engine, rank
+    salt_hash, root_hash, hits + coalesce(new_hits, 0) AS hits, engine, rank, ended_seq
 FROM temp.lifetime_ends
 LEFT JOIN lifetime_hits USING (engine, rank, store_seq, block_id)
 CROSS JOIN rollup_grid AS grid"""

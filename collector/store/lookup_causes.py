@@ -75,33 +75,23 @@ missed AS (
         unnest(range(first_block, end_block)) AS position
     FROM bounds
 ),
-engine_events AS (
-    SELECT seq, ts_ns, kind, block_id, block_hash, request_id,
-        coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank
-    FROM events
-    WHERE kind = 'evict' OR kind = 'reset' OR (kind = 'store' AND {IN_REFERENCE_GROUP})
-),
-stores AS (
-    SELECT engine, rank, seq AS store_seq, ts_ns AS stored_ns, block_id, block_hash,
-        request_id AS stored_by
-    FROM engine_events WHERE kind = 'store'
-),
-evictions AS (SELECT * FROM engine_events WHERE kind = 'evict'),
-resets AS (SELECT * FROM engine_events WHERE kind = 'reset'),
+-- The reference group's lifetimes (lifetime_rollups.py), with the request whose
+-- allocation evicted each block that was evicted.
 lifetimes AS (
-    SELECT stores.*,
-        CASE WHEN evictions.seq IS NOT NULL AND (resets.seq IS NULL OR evictions.seq < resets.seq)
-            THEN 'evict' WHEN resets.seq IS NOT NULL THEN 'reset' END AS ended_by,
-        CASE WHEN ended_by = 'evict' THEN evictions.seq ELSE resets.seq END AS ended_seq,
-        CASE WHEN ended_by = 'evict' THEN evictions.ts_ns ELSE resets.ts_ns END AS ended_ns,
-        CASE WHEN ended_by = 'evict' THEN evictions.request_id END AS evicted_by
-    FROM stores
-    ASOF LEFT JOIN evictions
-        ON stores.engine = evictions.engine AND stores.rank = evictions.rank
-        AND stores.block_id = evictions.block_id AND evictions.seq > stores.store_seq
-    ASOF LEFT JOIN resets
-        ON stores.engine = resets.engine AND stores.rank = resets.rank
-        AND resets.seq > stores.store_seq
+    SELECT lifetimes.engine, lifetimes.rank, lifetimes.store_seq, lifetimes.stored_ns,
+        lifetimes.block_hash, lifetimes.stored_by, lifetimes.ended_by, lifetimes.ended_seq,
+        CASE WHEN lifetimes.ended_by IS NOT NULL THEN lifetimes.ended_ns END AS ended_ns,
+        evictions.request_id AS evicted_by
+    FROM cache_lifetimes AS lifetimes
+    LEFT JOIN (
+        SELECT DISTINCT seq, block_id, request_id, coalesce(engine_id, '') AS engine,
+            coalesce(dp_rank, 0) AS rank
+        FROM events WHERE kind = 'evict'
+    ) AS evictions
+        ON lifetimes.ended_by = 'evict' AND evictions.engine = lifetimes.engine
+        AND evictions.rank = lifetimes.rank AND evictions.seq = lifetimes.ended_seq
+        AND evictions.block_id = lifetimes.block_id
+    WHERE lifetimes.kv_group = (SELECT kv_group FROM reference_group)
 ),
 here AS (
     SELECT missed.*, request_blocks.block_hash, request_blocks.token_fp,
