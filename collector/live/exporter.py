@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from collector.live.live_state import LiveState
+from collector.live.live_state import EVICTED_HASHES, Engine, LiveState
 
 _BLOCK_STATES = ("free", "cached_free", "in_use")
 
@@ -25,6 +25,7 @@ class KvscopeMetrics(Collector):
             yield from self._pool_metrics()
             yield from self._block_counters()
             yield self._dropped_records()
+            yield from self._engine_metrics()
 
     def _pool_metrics(self) -> Iterator[Metric]:
         state = self.state
@@ -48,6 +49,15 @@ class KvscopeMetrics(Collector):
             for name, value in zip(_BLOCK_STATES, (free, cached_free, in_use), strict=True):
                 blocks.add_metric([engine, str(dp_rank), name], value)
         yield blocks
+        yield _per_engine(
+            GaugeMetricFamily(
+                "kvscope_kv_cache_pool_blocks",
+                "Usable KV cache blocks in the engine's pool, free and in use together (the "
+                "null block is not counted).",
+                labels=["engine", "dp_rank"],
+            ),
+            state.pool_blocks,
+        )
 
     def _block_counters(self) -> Iterator[Metric]:
         state = self.state
@@ -62,6 +72,13 @@ class KvscopeMetrics(Collector):
                 "kvscope_block_evictions",
                 "Cached blocks evicted for reuse.",
                 state.block_evictions,
+            ),
+            (
+                "kvscope_block_recomputes",
+                "Blocks stored again after the same engine evicted their hash: a prefix "
+                f"computed twice (evictions older than the last {EVICTED_HASHES:,} are not "
+                "remembered).",
+                state.block_recomputes,
             ),
             (
                 "kvscope_collisions",
@@ -90,6 +107,25 @@ class KvscopeMetrics(Collector):
             dropped.add_metric([engine, str(dp_rank), "transport"], in_transport)
         return dropped
 
+    def _engine_metrics(self) -> Iterator[Metric]:
+        state = self.state
+        yield _per_engine(
+            GaugeMetricFamily(
+                "kvscope_engine_last_record_timestamp_seconds",
+                "When the collector last stored records of the engine (Unix time).",
+                labels=["engine", "dp_rank"],
+            ),
+            state.last_record_s,
+        )
+        yield _per_engine(
+            GaugeMetricFamily(
+                "kvscope_engine_requests_in_flight",
+                "Requests the engine admitted and had not finished, as of its latest record.",
+                labels=["engine", "dp_rank"],
+            ),
+            state.in_flight,
+        )
+
     def _request_metrics(self) -> Iterator[Metric]:
         state = self.state
         for name, documentation, counts in (
@@ -113,6 +149,12 @@ class KvscopeMetrics(Collector):
             for (tenant, lora), value in sorted(counts.items()):
                 family.add_metric([tenant, lora], value)
             yield family
+
+
+def _per_engine(family: GaugeMetricFamily, values: Mapping[Engine, float]) -> GaugeMetricFamily:
+    for (engine, dp_rank), value in sorted(values.items()):
+        family.add_metric([engine, str(dp_rank)], value)
+    return family
 
 
 def serve_metrics(

@@ -5,13 +5,16 @@ past `tenants` tenant names and `adapters` LoRA adapter names, the rest are coun
 OTHER (so the series a scrape returns are bounded too); per engine and DP rank it keeps a
 few numbers, and the receiver admits at most `engines` of them; the tenant of a request in
 flight is remembered until its lookup, for at most `requests` requests (the oldest are
-forgotten first: a request that never finishes does not stay).
+forgotten first: a request that never finishes does not stay); the hashes evicted lately, to
+count a prefix stored again after its eviction (recomputed), at most `EVICTED_HASHES` of them.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from collector.live.limits import Limits
@@ -27,11 +30,16 @@ from engine_hooks.events import (
     Pool,
     Store,
     num_blocks,
+    unpack_hashes,
 )
 from engine_hooks.transport import BatchHeader
 
 Labels = tuple[str, str]  # tenant, LoRA adapter ("" when unknown or none)
 OTHER = "other"  # the label of the tenants and adapters past the limits
+Engine = tuple[str, int]  # engine id, DP rank
+# Evicted hashes remembered to recognise a recomputed prefix (about 150 bytes each): a store
+# of a hash evicted longer ago than the last EVICTED_HASHES evictions is not counted.
+EVICTED_HASHES = 1 << 16
 
 
 @dataclass
@@ -47,9 +55,16 @@ class LiveState:
     block_evictions: int = 0
     collisions: int = 0
     missing_records: int = 0
-    pool: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
-    engine_dropped: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    block_recomputes: int = 0
+    pool: dict[Engine, tuple[int, int, int]] = field(default_factory=dict)
+    pool_blocks: dict[Engine, int] = field(default_factory=dict)  # usable (no null block)
+    engine_dropped: dict[Engine, tuple[int, int]] = field(default_factory=dict)
+    last_record_s: dict[Engine, float] = field(default_factory=dict)  # Unix time received
+    in_flight: Counter[Engine] = field(default_factory=Counter)  # arrived, not yet finished
+    clock: Callable[[], float] = time.time
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # (engine, block hash) of the latest evictions, oldest first.
+    _evicted: OrderedDict[tuple[Engine, bytes], None] = field(default_factory=OrderedDict)
     # Request id -> its tenant's label, oldest arrival first.
     _tenants: OrderedDict[str, str] = field(default_factory=OrderedDict)
     _tenant_names: set[str] = field(default_factory=set)
@@ -62,16 +77,20 @@ class LiveState:
                 header.num_lost_in_engine,
                 header.num_dropped_in_transport,
             )
+            self.pool_blocks[engine] = max(header.config.num_blocks - 1, 0)
+            self.last_record_s[engine] = self.clock()
             for record in records:
                 self._observe(engine, record)
 
-    def _observe(self, engine: tuple[str, int], record: Event) -> None:
+    def _observe(self, engine: Engine, record: Event) -> None:
         if isinstance(record, Hit):
             self.block_hits += num_blocks(record)
         elif isinstance(record, Store):
             self.block_stores += num_blocks(record)
+            self._count_recomputes(engine, record)
         elif isinstance(record, Evict):
             self.block_evictions += num_blocks(record)
+            self._remember_evicted(engine, record)
         elif isinstance(record, Pool):
             cached_free = record.num_cached_free or 0  # completed by the store: never None
             self.pool[engine] = (record.num_free, cached_free, record.num_in_use)
@@ -80,6 +99,7 @@ class LiveState:
             self._tenants[record.request_id] = tenant
             if len(self._tenants) > self.limits.requests:
                 self._tenants.popitem(last=False)
+            self.in_flight[engine] += 1
         elif isinstance(record, Lookup) and not record.preempted:
             labels = (
                 self._tenants.get(record.request_id or "", ""),
@@ -90,10 +110,26 @@ class LiveState:
             self.requests[labels] += 1
         elif isinstance(record, Finish) and record.request_id is not None:
             self._tenants.pop(record.request_id, None)
+            # A collector started again on a run sees finishes of requests it never saw arrive.
+            self.in_flight[engine] = max(self.in_flight[engine] - 1, 0)
         elif isinstance(record, Collision):
             self.collisions += 1
         elif isinstance(record, Drop):
             self.missing_records += record.num_lost
+
+    def _remember_evicted(self, engine: Engine, record: Evict) -> None:
+        for block_hash in unpack_hashes(record):
+            self._evicted[engine, block_hash] = None
+            self._evicted.move_to_end((engine, block_hash))
+        while len(self._evicted) > EVICTED_HASHES:
+            self._evicted.popitem(last=False)
+
+    def _count_recomputes(self, engine: Engine, record: Store) -> None:
+        """A store of a hash this engine evicted: its prefix was computed again."""
+        for block_hash in unpack_hashes(record):
+            if (engine, block_hash) in self._evicted:
+                del self._evicted[engine, block_hash]
+                self.block_recomputes += 1
 
 
 def _label(names: set[str], name: str | None, limit: int) -> str:

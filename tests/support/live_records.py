@@ -14,9 +14,10 @@ from engine_hooks.events import (
     Store,
     pack_counts,
 )
-from engine_hooks.transport import BatchHeader
+from engine_hooks.transport import BatchHeader, EngineSettings
 
-HEADER = BatchHeader("node-1", 0, 0, 0, 3, 5, {})
+# A pool of 31 blocks: 30 usable (the Pool record's 10 free and 20 in use) and the null block.
+HEADER = BatchHeader("node-1", 0, 0, 0, 3, 5, EngineSettings(16, 31, "sha256", "0.34.0"))
 
 
 RECORDS = [
