@@ -225,6 +225,12 @@ def test_dynamic_field(tmp_path: Path) -> None:
         "field_tokens": 10,
         "agreement_tokens": 100,
         "tokens_per_request": 100,  # blocks 2..26 (tokens 8-107) reused as well
+        # The miss breakdown: each of the 11 later requests hits the header's 2 blocks and
+        # misses tokens 8-119 as diverged (28 blocks); 12 prompts of 123 tokens looked up.
+        "miss_causes": {"diverged": 11 * 112},
+        "cause_tokens": 11 * 112,
+        "cause_share": 11 * 112 / (12 * 123),
+        "family_cause_tokens": 11 * 112,
     }
     assert "differ for 10 tokens (8-17" in suggestion.evidence[0]
     assert suggestion.gain_tokens > 0
@@ -291,7 +297,16 @@ def test_per_request_salt(tmp_path: Path) -> None:
     )
     status, (suggestion,), _ = judge(per_request, "per-request-salt")
     assert status == "fired"
-    assert suggestion.figures == {"salted_requests": 10, "salts": 10, "single_use": 10}
+    # The miss breakdown: the 9 later requests miss the shared 20 tokens (5 blocks) under
+    # another salt; 10 prompts of 23 tokens looked up.
+    assert suggestion.figures == {
+        "salted_requests": 10,
+        "salts": 10,
+        "single_use": 10,
+        "miss_causes": {"key_mismatch:cache_salt": 9 * 20},
+        "cause_tokens": 9 * 20,
+        "cause_share": 9 * 20 / (10 * 23),
+    }
     assert suggestion.gain_tokens > 0  # one salt per tenant brings reuse back
     per_tenant = run_of(
         tmp_path, "per_tenant", tenant_rows(lambda index: f"tenant-{index % 2}"), **options
@@ -353,7 +368,15 @@ def test_lora_split(tmp_path: Path) -> None:
     )
     status, (suggestion,), _ = judge(mixed, "lora-split")
     assert status == "fired"
-    assert suggestion.figures == {"split_blocks": 5, "duplicate_blocks": 5}
+    # The miss breakdown: the first request under the adapter misses the 20 tokens the base
+    # model had cached (5 blocks); 10 prompts of 23 tokens looked up.
+    assert suggestion.figures == {
+        "split_blocks": 5,
+        "duplicate_blocks": 5,
+        "miss_causes": {"key_mismatch:lora": 20},
+        "cause_tokens": 20,
+        "cause_share": 20 / (10 * 23),
+    }
     assert suggestion.gain_tokens == 5 * 4  # the base model's first request would have hit
     one_adapter = run_of(
         tmp_path, "one_adapter", tenant_rows(lambda index: None, lambda index: "sql"), **options

@@ -21,6 +21,7 @@ from enum import Enum
 import numpy as np
 
 from collector.advisor.context import RunContext
+from collector.advisor.miss_breakdown import quote_causes
 from collector.advisor.scheduler_check import scheduler_check
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.model.kv_memory import blocks_for_gib, gib_for_blocks, vllm_pool_settings
@@ -203,12 +204,13 @@ def _grow(context: RunContext, recommendation: SizeRecommendation) -> Suggestion
         max_model_len=context.max_model_len,
     )
     gain_tokens = gain * context.prompt_tokens
+    quote = quote_causes(context.miss_breakdown, "evicted", "preempted")
     return Suggestion(
         rule="cache-size",
         title=f"Grow the KV cache to {target:,} blocks{context.per_engine} "
         f"(+{extra_gib:.1f} GiB{context.per_engine})",
         severity=severity_for_gain(gain),
-        evidence=_evidence(context, recommendation),
+        evidence=[*_evidence(context, recommendation), *quote.lines],
         effect=(
             f"token hit ratio {recommendation.current_ratio:.1%} -> {recommendation.ratio:.1%} "
             f"(+{gain * 100:.1f} points, about {gain_tokens:,.0f} more prompt tokens served "
@@ -224,6 +226,7 @@ def _grow(context: RunContext, recommendation: SizeRecommendation) -> Suggestion
             "recommended_token_hit_ratio": recommendation.ratio,
             "unlimited_token_hit_ratio": recommendation.top_ratio,
             "source": source,
+            **quote.figures,
         },
         charts=[curve_chart(context, recommendation)],
     )

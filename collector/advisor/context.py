@@ -12,6 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collector.advisor.miss_breakdown import MissBreakdown, read_breakdown
 from collector.advisor.scheduler_ratios import SchedulerCheck
 from collector.advisor.suggestion import NotApplicable
 from collector.model.block_stream import (
@@ -85,6 +86,12 @@ class RunContext:
     @cached_property
     def summary(self) -> RunSummary:
         return run_summary(self.run)
+
+    @cached_property
+    def miss_breakdown(self) -> MissBreakdown | None:
+        """The run's miss causes, as `kvscope explain` gives them; None for a run without
+        lookups (vLLM's KV events alone)."""
+        return read_breakdown(self.run)
 
     @property
     def block_size(self) -> int:

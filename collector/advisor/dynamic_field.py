@@ -16,12 +16,16 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from collector.advisor.context import RunContext
+from collector.advisor.miss_breakdown import quote_causes
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.model.trace_request import TraceRequest
-from collector.queries.requests import mean_hit_tokens
+from collector.queries.miss_causes import cause_totals, requests_cause_tokens
+from collector.queries.requests import has_token_ids, mean_hit_tokens, requests_from_run
 from collector.safe_text import code
+from collector.store.run_file import RunFile
 
 WINDOW = 16
 SCAN_TOKENS = 512  # "near the start": fields that begin within this many tokens
@@ -144,6 +148,7 @@ class FieldCost:
     hits_now: float
     reusable: int
     per_request: int
+    diverged: int  # the members' prompt tokens the miss breakdown counts as diverged
 
 
 def field_cost(context: RunContext, requests: list[TraceRequest], found: DynamicField) -> FieldCost:
@@ -155,14 +160,51 @@ def field_cost(context: RunContext, requests: list[TraceRequest], found: Dynamic
     now = context.tokens_at(context.token_curve(block_size), num_blocks)
     after = context.tokens_at(context.prompts_curve(moved, block_size), num_blocks)
     shared = found.start + found.agreement
+    member_ids = [request.request_id for request in members]
     return FieldCost(
-        label=family_label([request.request_id for request in members]),
+        label=family_label(member_ids),
         members=len(members),
         gain_tokens=max(after - now, 0.0),
-        hits_now=mean_hit_tokens(context.run, [request.request_id for request in members]),
+        hits_now=mean_hit_tokens(context.run, member_ids),
         reusable=shared // block_size * block_size,
         per_request=shared // block_size * block_size - found.start // block_size * block_size,
+        diverged=requests_cause_tokens(context.run, "diverged", member_ids),
     )
+
+
+@dataclass(frozen=True)
+class DivergingField:
+    """A dynamic field behind diverged tokens, for the miss breakdown's `diverged` line: the
+    family (`label`, its `requests`), the field's tokens [`start`, `end`) of their prompts,
+    and the prompt tokens its requests' lookups lost to `diverged` (`diverged_tokens`)."""
+
+    label: str
+    requests: int
+    start: int
+    end: int
+    diverged_tokens: int
+
+
+def diverging_fields(run: RunFile, path: Path) -> list[DivergingField]:
+    """The dynamic fields the dynamic-field rule names, those whose requests lost tokens to
+    `diverged`, most first: the rule's detection over the recorded prompts, without its
+    one-pass curves. Nothing (and no prompt read) when the run lost no token to `diverged`
+    or recorded no token ids. `path` names the run in errors."""
+    totals = cause_totals(run)
+    if not int(totals.loc[totals["cause"] == "diverged", "tokens"].sum()) or not has_token_ids(run):
+        return []
+    requests = requests_from_run(run, path)
+    found = []
+    for field in find_dynamic_fields([request.token_ids or () for request in requests]):
+        member_ids = [requests[index].request_id for index in field.members]
+        diverged = requests_cause_tokens(run, "diverged", member_ids)
+        if diverged:
+            found.append(
+                DivergingField(
+                    family_label(member_ids), len(member_ids), field.start, field.end, diverged
+                )
+            )
+    return sorted(found, key=lambda field: -field.diverged_tokens)
 
 
 def dynamic_field(context: RunContext) -> list[Suggestion]:
@@ -179,6 +221,10 @@ def _suggestion(
     context: RunContext, requests: list[TraceRequest], found: DynamicField, cost: FieldCost
 ) -> Suggestion:
     width, label, gain_tokens = found.end - found.start, cost.label, cost.gain_tokens
+    quote = quote_causes(context.miss_breakdown, "diverged")
+    family_part = (
+        f"; {cost.diverged:,} of them are the {code(label)} requests'" if quote.lines else ""
+    )
     return Suggestion(
         rule="dynamic-field",
         title=f"{code(label)} prompts carry a dynamic field at token {found.start}",
@@ -191,6 +237,7 @@ def _suggestion(
             f"they hit {cost.hits_now:.0f} prompt tokens each on average; without the field "
             f"in front, each could reuse {cost.reusable} "
             f"(about {cost.per_request} tokens more per request, recomputed now)",
+            *(line + family_part for line in quote.lines),
         ],
         effect=(
             f"about {gain_tokens:,.0f} more prompt tokens served from the cache over this run "
@@ -210,6 +257,8 @@ def _suggestion(
             "field_tokens": width,
             "agreement_tokens": found.agreement,
             "tokens_per_request": cost.per_request,
+            **quote.figures,
+            **({"family_cause_tokens": cost.diverged} if quote.lines else {}),
         },
         charts=[_agreement_chart(requests, found, label)],
     )

@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from collector.advisor.context import RunContext
+from collector.advisor.miss_breakdown import quote_causes
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.model.block_stream import RequestBlocks, trace_block_stream
 from collector.model.kv_memory import gib_for_blocks
@@ -69,6 +70,7 @@ def lora_split(context: RunContext) -> list[Suggestion]:
 def _suggestion(context: RunContext, found: AdapterSplit) -> Suggestion:
     split, duplicates, families, gain = found.split, found.duplicates, found.families, found.gain
     duplicate_gib = gib_for_blocks(context.spec, context.block_size, duplicates)
+    quote = quote_causes(context.miss_breakdown, "key_mismatch", key_kind="lora")
     adapter_names = sorted(
         {code(name) if name else BASE_MODEL for adapters in split.values() for name in adapters}
     )
@@ -88,6 +90,7 @@ def _suggestion(context: RunContext, found: AdapterSplit) -> Suggestion:
                 f"{', '.join(names)}"
                 for count, example, names in families[:3]
             ],
+            *quote.lines,
         ],
         effect=(
             f"if one adapter (or the base model) served each family, about {gain:,.0f} more "
@@ -103,7 +106,7 @@ def _suggestion(context: RunContext, found: AdapterSplit) -> Suggestion:
             + context.on_each_engine
         ),
         gain_tokens=gain,
-        figures={"split_blocks": len(split), "duplicate_blocks": duplicates},
+        figures={"split_blocks": len(split), "duplicate_blocks": duplicates, **quote.figures},
         charts=[_adapter_chart(context.requests, found.stream, split)],
     )
 

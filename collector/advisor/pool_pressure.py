@@ -13,6 +13,7 @@ import numpy as np
 
 from collector.advisor.cache_size import phrase_source, recommend_size
 from collector.advisor.context import RunContext
+from collector.advisor.miss_breakdown import quote_causes
 from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
 from collector.model.kv_memory import gib_for_blocks
 from collector.queries import pool
@@ -129,6 +130,7 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
     after = recommendation.ratio if target == recommendation.num_blocks else before
     gain = after - before
     recomputed_tokens = summary["restored"] * context.block_size
+    quote = quote_causes(context.miss_breakdown, "evicted", "preempted")
     return [
         Suggestion(
             rule="eviction-regret",
@@ -139,6 +141,7 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
                 f"again later ({recomputed_tokens:,} tokens recomputed)",
                 f"time from eviction to re-store: median {p50:.1f} s, 90th percentile {p90:.1f} s",
                 *_distance_lines(context),
+                *quote.lines,
             ],
             effect=(
                 f"with {target:,} blocks{context.per_engine} the regretted blocks mostly stay: "
@@ -147,7 +150,12 @@ def eviction_regret(context: RunContext) -> list[Suggestion]:
             ),
             action=f"`--num-gpu-blocks-override {target}`" + context.on_each_engine,
             gain_tokens=gain * context.prompt_tokens,
-            figures={**summary, "median_restore_s": float(p50), "p90_restore_s": float(p90)},
+            figures={
+                **summary,
+                "median_restore_s": float(p50),
+                "p90_restore_s": float(p90),
+                **quote.figures,
+            },
             charts=[_delay_chart(delays_s), _distance_chart(context)],
         )
     ]

@@ -72,7 +72,8 @@ def merge_same_flag(ranked: list[Suggestion]) -> list[Suggestion]:
     """One suggestion per vLLM knob: a later suggestion whose action leads with the flag an
     earlier one leads with (or one that turns the same knob: the pool's size) is folded into
     that one (its title and evidence as evidence, its charts after the first's, its rule in
-    `figures["merged_rules"]`). An action that leads with something else (a prompt change,
+    `figures["merged_rules"]`; an evidence line it already has, such as the miss breakdown's
+    quote, is not repeated). An action that leads with something else (a prompt change,
     routing; a flag only as its fallback) is never merged."""
     merged: list[Suggestion] = []
     by_flag: dict[str, int] = {}
@@ -92,7 +93,7 @@ def merge_same_flag(ranked: list[Suggestion]) -> list[Suggestion]:
                 *first.evidence,
                 f"also from rule `{suggestion.rule}`: {suggestion.title}; it suggests "
                 f"{suggestion.action}",
-                *suggestion.evidence,
+                *(line for line in suggestion.evidence if line not in first.evidence),
             ],
             charts=[*first.charts, *suggestion.charts],
             figures={

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.advisor.context import RunContext
+from collector.advisor.miss_breakdown import quote_causes
 from collector.advisor.scheduler_check import MAX_PROMPT_TOKENS, SECRET
 from collector.advisor.suggestion import (
     NotApplicable,
@@ -154,11 +155,12 @@ def _suggestion(
 ) -> Suggestion:
     round_robin, affinity, gain = compared.round_robin, compared.affinity, compared.gain
     duplication = measured.duplication
+    quote = quote_causes(context.miss_breakdown, "other_engine")
     return Suggestion(
         rule="routing",
         title=f"Prefix-aware routing would win {gain * 100:.1f} points over round-robin",
         severity=severity_for_gain(gain),
-        evidence=_evidence(context, compared, measured),
+        evidence=[*_evidence(context, compared, measured), *quote.lines],
         effect=(
             f"token hit ratio {round_robin.token_hit_ratio:.1%} -> "
             f"{affinity.token_hit_ratio:.1%} (+{gain * 100:.1f} points) across "
@@ -185,6 +187,7 @@ def _suggestion(
             "mean_duplicated_blocks": duplication["mean_duplicated_blocks"],
             "peak_duplicated_gib": duplication["peak_duplicated_gib"],
             "mean_duplicated_gib": duplication["mean_duplicated_gib"],
+            **quote.figures,
         },
     )
 

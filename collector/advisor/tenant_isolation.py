@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from collector.advisor.context import RunContext
+from collector.advisor.miss_breakdown import quote_causes
 from collector.advisor.suggestion import Chart, NotApplicable, Series, Suggestion
 from collector.model.trace_request import TraceRequest
 from collector.queries.tenants import cross_tenant_readers, salt_usage
@@ -38,6 +39,8 @@ def per_request_salts(context: RunContext) -> list[Suggestion]:
         f"salted requests hit {salted_ratio:.1%} of their prompt tokens",
     ]
     effect, gain_tokens = _per_tenant_effect(context, evidence)
+    quote = quote_causes(context.miss_breakdown, "key_mismatch", key_kind="cache_salt")
+    evidence += quote.lines
     return [
         Suggestion(
             rule="per-request-salt",
@@ -50,7 +53,12 @@ def per_request_salts(context: RunContext) -> list[Suggestion]:
                 "for all of a tenant's requests), not per request"
             ),
             gain_tokens=gain_tokens,
-            figures={"salted_requests": num_salted, "salts": len(salted), "single_use": single_use},
+            figures={
+                "salted_requests": num_salted,
+                "salts": len(salted),
+                "single_use": single_use,
+                **quote.figures,
+            },
         )
     ]
 

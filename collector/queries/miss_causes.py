@@ -134,6 +134,27 @@ def cause_totals(run: RunFile, window: TimeWindow | None = None) -> pd.DataFrame
     return totals
 
 
+def detail_totals(run: RunFile, window: TimeWindow | None = None) -> pd.DataFrame:
+    """The tokens of the lookups (in `window`) per `cause` and its details as each lookup's
+    row gives them: `key_kind` (a key mismatch's) and `reason` (unexplained); a lookup's
+    row takes the details of its first block. Each cause's rows sum to its `cause_totals`."""
+    return run.frame(
+        f"""SELECT cause, key_kind, reason, CAST(sum(tokens) AS BIGINT) AS tokens
+        FROM lookup_causes WHERE {_WINDOW} GROUP BY ALL ORDER BY ALL""",
+        _window(window),
+    )
+
+
+def requests_cause_tokens(run: RunFile, cause: str, request_ids: list[str]) -> int:
+    """The tokens the lookups of the given requests lost to `cause`."""
+    row = run.row(
+        """SELECT CAST(coalesce(sum(tokens), 0) AS BIGINT) FROM lookup_causes
+        WHERE cause = $cause AND list_contains($ids, request_id)""",
+        {"cause": cause, "ids": request_ids},
+    )
+    return 0 if row is None else int(row[0])
+
+
 def request_block_causes(run: RunFile, request: str) -> pd.DataFrame:
     """A request's missed full blocks, one row per lookup and block `position`, with the
     block's `state` at the lookup and its cause (and details) as in `lookup_causes`."""
