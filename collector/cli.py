@@ -18,6 +18,7 @@ from collector.commands import (
     calibrate,
     collect,
     doctor,
+    explain,
     export,
     finish,
     generate,
@@ -36,6 +37,7 @@ EXIT_BAD_INPUT = 2
 COMMANDS = (
     replay,
     summary,
+    explain,
     generate,
     collect,
     finish,

@@ -1,18 +1,8 @@
-"""A prefix family's name on every page: its first block's hash (8 hex digits) and the
-tenant that first stored that block."""
+"""A prefix family's name on every page: collector/model/family_names.py names it (the CLI
+names families the same way)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collector.model.family_names import family_name
 
-import pandas as pd
-
-from collector.queries.hotspots import hash_hex
-
-
-def family_name(root: Any, owner: Any, missing: str = "(unknown)") -> str:
-    """`root` is the first block's hash (an integer; missing gives `missing`); `owner` its
-    first storer's tenant, as shown (a nickname for a pseudonym)."""
-    if pd.isna(root):
-        return missing
-    return f"{hash_hex(int(root))[:8]} ({owner if isinstance(owner, str) else 'no tenant'})"
+__all__ = ["family_name"]
