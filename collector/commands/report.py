@@ -66,7 +66,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _print_checks(comparison: Comparison) -> None:
-    """One line per check, then the verdict."""
+    """One line per check, the miss cause that grew most (information), then the verdict."""
     width = max(len(check.name) for check in comparison.checks)
     for check in comparison.checks:
         if check.status == "skip":
@@ -79,6 +79,7 @@ def _print_checks(comparison: Comparison) -> None:
         print(
             f"{check.status.upper():<4}  {check.name:<{width}}  {values}  ({format_limit(check)})"
         )
+    print(comparison.miss_line)
     if comparison.regressed:
         names = ", ".join(check.name for check in comparison.regressed)
         print(f"regression: {names}")

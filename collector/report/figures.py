@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +21,7 @@ from collector.queries.pool import (
 from collector.queries.summary import RunSummary, run_summary
 from collector.queries.tenants import TenantHitRatio, tenant_hit_ratios
 from collector.queries.timeline import event_times, hit_rate_over_time
+from collector.report.miss_breakdown import MissBreakdown, read_breakdown
 from collector.store.run_file import RunStore
 
 HIT_RATE_BUCKETS = 60
@@ -30,7 +31,8 @@ EVICTION_POINTS = 300
 
 @dataclass(frozen=True)
 class RunFigures:
-    """One run's figures: `run_summary`, eviction regret, free-block extremes, tenants."""
+    """One run's figures: `run_summary`, eviction regret, free-block extremes, tenants, and
+    the prompt tokens per miss cause (`misses`)."""
 
     path: Path
     config: dict[str, Any]  # the runs row as JSON-ready values
@@ -38,6 +40,7 @@ class RunFigures:
     regret: RegretSummary
     free_blocks: FreeBlockExtremes
     tenants: list[TenantHitRatio]
+    misses: MissBreakdown = field(default_factory=MissBreakdown)
 
     @property
     def evictions_per_request(self) -> float:
@@ -71,6 +74,7 @@ class RunFigures:
             "eviction_regret": self.regret,
             "free_blocks": {**self.free_blocks, "min_free_share": self.min_free_share},
             "tenants": [asdict(row) for row in self.tenants],
+            "miss_causes": self.misses.to_dict(),
         }
 
 
@@ -96,6 +100,7 @@ def read_run(path: Path, regret_within_s: float | None) -> tuple[RunFigures, Run
             regret=eviction_regret_summary(store, regret_within_s),
             free_blocks=free_blocks,
             tenants=_tenant_rows(tenant_hit_ratios(store)),
+            misses=read_breakdown(store),
         )
         series = RunSeries(
             hit_rate=hit_rate_over_time(store, HIT_RATE_BUCKETS),

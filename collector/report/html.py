@@ -12,6 +12,7 @@ from collector.queries.tenants import TenantHitRatio
 from collector.report.checks import FAIL
 from collector.report.figures import RunFigures, RunSeries
 from collector.report.formatting import format_change, format_limit, format_value
+from collector.report.miss_breakdown import cause_rows
 from collector.report.verdict import Comparison
 from collector.safe_text import html_text
 
@@ -48,6 +49,7 @@ def render_html(
         "<h2>Checks</h2>",
         _checks_table(comparison),
         *_notes(comparison.notes),
+        *_miss_causes(comparison),
         "<h2>Charts</h2>",
         *(_chart(figure, index) for index, figure in enumerate(figures)),
         "<h2>Figures</h2>",
@@ -120,6 +122,26 @@ def _notes(notes: list[str]) -> list[str]:
         return []
     items = "".join(f"<li>{html_text(note, limit=None)}</li>" for note in notes)
     return ["<h2>Notes</h2>", f"<ul>{items}</ul>"]
+
+
+def _miss_causes(comparison: Comparison) -> list[str]:
+    """Why the prompt tokens missed, in both runs (information, not a check)."""
+    parts = [
+        "<h2>Why prompt tokens missed</h2>",
+        f"<p>{html_text(comparison.miss_line, limit=None)}</p>",
+    ]
+    rows = cause_rows(comparison.baseline.misses, comparison.candidate.misses)
+    if rows:
+        cells = "".join(
+            f'<tr><td class="text">{html_text(name)}</td><td>{old}</td><td>{new}</td>'
+            f"<td>{change}</td></tr>"
+            for name, old, new, change in rows
+        )
+        parts.append(
+            "<table><tr><th>cause</th><th>baseline</th><th>candidate</th><th>change</th></tr>"
+            f"{cells}</table>"
+        )
+    return parts
 
 
 def _figures_table(baseline: RunFigures, candidate: RunFigures) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from collector.report.checks import FAIL, PASS, Check
 from collector.report.figures import RunFigures
 from collector.report.formatting import format_change, format_limit, format_value
+from collector.report.miss_breakdown import cause_rows
 from collector.report.verdict import Comparison
 from collector.safe_text import code, markdown_text
 
@@ -36,6 +37,7 @@ def render_markdown(comparison: Comparison) -> str:
             *(f"- {markdown_text(note, limit=None)}" for note in comparison.notes),
             "",
         ]
+    lines += _miss_causes(comparison)
     lines += _runs_table(comparison.baseline, comparison.candidate)
     source = comparison.thresholds_source
     thresholds = "kvscope's defaults" if source == "defaults" else code(source)
@@ -67,6 +69,19 @@ def _check_row(check: Check) -> str:
         markdown_text(limit, limit=None),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _miss_causes(comparison: Comparison) -> list[str]:
+    """Why the prompt tokens missed, in both runs: the cause that grew most (information,
+    not a check), then each cause's share and tokens."""
+    line = comparison.miss_line
+    lines = ["#### Why prompt tokens missed", "", f"{line[0].upper()}{line[1:]}.", ""]
+    rows = cause_rows(comparison.baseline.misses, comparison.candidate.misses)
+    if not rows:
+        return lines
+    lines += ["| cause | baseline | candidate | change |", "| --- | --: | --: | --: |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
 
 
 _RUN_COUNTS = ("requests", "prompt_tokens", "hit_tokens", "evictions", "preemptions")

@@ -9,6 +9,7 @@ from typing import Any
 from collector.model.comparison import RUN_SETTINGS, differing_settings
 from collector.report.checks import Check, failed, run_checks
 from collector.report.figures import RunFigures
+from collector.report.miss_breakdown import grown_most, growth_line
 from collector.report.thresholds import Thresholds
 from collector.safe_text import shown
 
@@ -34,6 +35,20 @@ class Comparison:
     def verdict(self) -> str:
         return "regression" if self.regressed else "pass"
 
+    @property
+    def miss_line(self) -> str:
+        """Which miss cause grew most, in one sentence (information, not a check)."""
+        return growth_line(self.baseline.misses, self.candidate.misses)
+
+    def miss_causes(self) -> dict[str, Any]:
+        """figures.json's comparison of the breakdowns: the cause that grew most (None: none
+        grew, or a run has no breakdown) and the sentence the report prints."""
+        growth = grown_most(self.baseline.misses, self.candidate.misses)
+        return {
+            "grew_most": None if growth is None else growth.to_dict(),
+            "summary": self.miss_line,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """figures.json: every figure of both runs, every check, the thresholds used."""
         return {
@@ -43,6 +58,7 @@ class Comparison:
             "checks": [check.to_dict() for check in self.checks],
             "notes": self.notes,
             "thresholds": {"source": self.thresholds_source, **self.thresholds.to_dict()},
+            "miss_causes": self.miss_causes(),
             "baseline": self.baseline.to_dict(),
             "candidate": self.candidate.to_dict(),
         }
