@@ -38,6 +38,7 @@ def kvscope(*args: str) -> subprocess.CompletedProcess[str]:
 # ({scratch}: a private folder for a collector's socket).
 COMMANDS = {
     "summary": "summary {run}",
+    "explain": "explain {run}",
     "advise": "advise {run}",
     "report (candidate)": "report --baseline {sample} --candidate {run} --out-dir {out}",
     "report (baseline)": "report --baseline {run} --candidate {sample} --out-dir {out}",
