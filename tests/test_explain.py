@@ -14,9 +14,13 @@ import pytest
 
 from collector.cli import main
 from collector.queries.miss_causes import CAUSE_NAMES, CAUSES, cause_totals, lookup_causes
+from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile
+from collector.vllm_kv.conflicts import HashConflictDetector
+from collector.vllm_kv.ingest import append_vllm_batches
 from tests.support.repo import SAMPLE_RUN
 from tests.support.runs import evictions_run
+from tests.support.vllm_kv_pipeline import H, events_run, received, stored
 
 
 def explain(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -201,3 +205,22 @@ def test_no_such_request_is_refused_naming_the_run(capsys: pytest.CaptureFixture
     code, out, err = explain(capsys, str(SAMPLE_RUN), "--request", "no-such\x1b[2J", "--json")
     assert (code, out) == (2, "")
     assert err == f'kvscope: error: {SAMPLE_RUN}: no request "no-such\\x1b[2J" in this run\n'
+
+
+def test_a_run_of_vllm_kv_events_alone_has_no_lookups_to_explain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "events.duckdb"
+    run = events_run(path, CacheSettings(4, 5))
+    append_vllm_batches(run, [received(0, stored(H, [1, 2, 3, 4]))], [], HashConflictDetector())
+    run.finalize()
+    run.close()
+    code, out, err = explain(capsys, str(path))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"kvscope explain {path}: 0 prompt tokens in 0 lookups",
+        "no lookups: a run of vLLM's KV events alone has no requests, so no miss causes",
+    ]
+    code, out, err = explain(capsys, str(path), "--json")
+    document = json.loads(out)
+    assert (document["prompt_tokens"], document["families"], document["unexplained"]) == (0, [], [])
