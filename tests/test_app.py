@@ -34,7 +34,10 @@ SECOND_SAMPLE_RUN = SAMPLE_RUN.with_name("run_block32.duckdb")
 DATA_FIELDS = ("x", "y", "z", "values", "ids")
 # Per page, on the sample run: how many traces each of its charts draws, in page order.
 CHART_TRACES = {
-    "views/overview.py": [2, 2, 2, 3],  # integrity: a badge, the sample has nothing wrong
+    # why prompts missed: the waterfall, the families' losses by cause; then the figures
+    # over time (integrity: a badge, the sample has nothing wrong)
+    "views/overview.py": [1, 6, 2, 2, 2, 3],
+    "views/requests.py": [2],  # the first request's prompt: cold blocks, its partial tail
     "views/hotspots.py": [1, 1, 1, 2],
     "views/prefix_tree.py": [4],
     "views/roi.py": [2, 1, 1],

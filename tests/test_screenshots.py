@@ -20,7 +20,8 @@ from visualizer.pages import PAGES
 
 # page file -> charts the page must draw on the sample run
 MIN_CHARTS = {
-    "overview.py": 4,
+    "overview.py": 6,  # the waterfall and the families' losses lead
+    "requests.py": 1,  # the first request's prompt, block by block
     "hotspots.py": 4,
     "prefix_tree.py": 1,
     "roi.py": 3,

@@ -33,6 +33,7 @@ class Page:
 
 PAGES = (
     Page("overview.py", "Overview", default=True),
+    Page("requests.py", "Requests"),
     Page("hotspots.py", "Hotspots"),
     Page("prefix_tree.py", "Prefix tree"),
     Page("roi.py", "ROI"),
