@@ -64,9 +64,12 @@ GROUP_ID_BYTES = 4  # after the hash in vLLM's cache key (`BlockHashWithGroupId`
 # reuse, cached-free counts and cleared counts as the collector's to derive (1: they sent
 # them). 3: block records name their KV cache group, and a hit its first position. 4: a
 # `Free` in a dense layout leaves its reference counts to the collector. 5: a `Lookup` says
-# how many tokens a KV connector (an offload tier) supplied. A collector refuses a stream in
-# another format.
-WIRE_FORMAT = 5
+# how many tokens a KV connector (an offload tier) supplied. 6: a `Store` may carry its blocks'
+# key-free fingerprints (`token_fingerprints`). A collector refuses a stream in a format it
+# cannot read: another, but one whose records mean the same to it.
+WIRE_FORMAT = 6
+# 5's records are 6's without fingerprints (a run tells no key mismatch from them alone).
+READABLE_WIRE_FORMATS = frozenset({5, WIRE_FORMAT})
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -139,6 +142,9 @@ class Store(_Record, tag="store"):
     Block i sits at position `first_position + i` of the request's block table; its parent is
     block i - 1, and the first block's parent is `parent_block_hash` (None at position 0).
     `extra_keys` names the kinds of extra hash keys per block (LoRA, cache salt, ...).
+    `token_fingerprints`, packed as the hashes are (8 bytes a block), are the blocks' key-free
+    fingerprints (engine_hooks/fingerprint.py): equal for the same tokens after the same
+    prefix under any extra keys, on one engine; None with the fingerprints off.
     """
 
     block_ids: PackedCounts
@@ -149,6 +155,7 @@ class Store(_Record, tag="store"):
     extra_keys: list[tuple[Label, ...] | None] | None = None
     token_ids: list[list[TokenId]] | None = None
     kv_group: Count = 0
+    token_fingerprints: PackedHashes | None = None
 
 
 class Evict(_Record, tag="evict"):

@@ -26,9 +26,10 @@ the pool does not know which group calls it: the hooks also wrap each group's ow
 records (`kv_group`). vLLM frees the blocks of every group of a request in one call; the
 collector names the group of each freed or evicted block from its allocation.
 
-With `check_collisions`, the hooks do keep per-block state: an independent fingerprint of
-every cached block (`fingerprint.py`), compared with the requesting prompt's own on every
-prefix hit; a mismatch is a `Collision` record naming both requests.
+With `check_collisions` (the fingerprints), the hooks do keep per-block state: an independent
+fingerprint of every cached block (`fingerprint.py`), compared with the requesting prompt's
+own on every prefix hit; a mismatch is a `Collision` record naming both requests. The same
+pass gives each stored block its key-free fingerprint, sent with its `Store`.
 """
 
 from __future__ import annotations

@@ -93,8 +93,6 @@ class PoolHooks(Recorder):
 
     def _record_allocate(self, blocks: list[KVCacheBlock]) -> None:
         block_ids = [block.block_id for block in blocks]
-        if self._fingerprints:
-            self._fingerprints.uncache(block_ids)  # vLLM dropped the hashes of cached ones
         record = Allocate(
             self._next_seq(),
             self._clock(),
@@ -232,11 +230,11 @@ class PoolHooks(Recorder):
         positions = range(first, end)
         block_ids = [block.block_id for block in blocks]
         request_hashes = cast("list[bytes]", request.block_hashes)  # BlockHash: NewType(bytes)
+        token_fingerprints = None
         if self._fingerprints:
-            chain = self._fingerprints.chain(request, end)
-            self._fingerprints.store(
-                block_ids, map(chain.__getitem__, positions), request.request_id
-            )
+            collision, key_free = self._fingerprints.chains(request, end)
+            self._fingerprints.store(block_ids, collision[first:end], request.request_id)
+            token_fingerprints = pack_hashes(key_free[first:end])
         record = Store(
             self._next_seq(),
             self._clock(),
@@ -249,6 +247,7 @@ class PoolHooks(Recorder):
             extra_key_kinds(request, positions),
             block_token_ids(request, positions, self.block_size) if self.record_token_ids else None,
             group,
+            token_fingerprints,
         )
         self._emit([record])
 
@@ -352,8 +351,6 @@ class PoolHooks(Recorder):
 
     def _evict(self, block_ids: list[int], keys: list[bytes]) -> None:
         """Record that vLLM dropped these blocks' keys from its prefix cache."""
-        if self._fingerprints:
-            self._fingerprints.uncache(block_ids)
         record = Evict(
             self._next_seq(), self._clock(), None, pack_counts(block_ids), pack_cache_keys(keys)
         )

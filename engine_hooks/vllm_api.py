@@ -16,6 +16,9 @@ helper meets a difference by what vLLM offers, not by its version number:
   not hooked, so kvscope does not count it as a lookup.
 - `Request.skip_reading_prefix_cache` (up to 0.33) became `prefix_cache_hit_limit` (0.34):
   the hooks ask the manager's own `prefix_cache_lookup_enabled`, in every version.
+- A request's token ids: a list up to 0.33; 0.34 keeps them in an int32 `array`
+  (`TokenBuffer`, behind `Request.all_token_ids`), whose spans the fingerprints copy as bytes
+  without making an int per token (`token_span`).
 
 `contract_problems()` checks, at attach time, that vLLM still has every method the hooks
 wrap with the arguments they read: the plugin refuses to capture, in one log line naming
@@ -28,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -163,3 +167,13 @@ def model_runner_output(request_ids: list[str], **fields: Any) -> Any:
     if "req_id_to_index" in {field.name for field in dataclasses.fields(ModelRunnerOutput)}:
         fields["req_id_to_index"] = {request_id: i for i, request_id in enumerate(request_ids)}
     return ModelRunnerOutput(req_ids=request_ids, **fields)
+
+
+def token_span(request: Any, start: int, end: int) -> array[int]:
+    """The request's token ids from `start` to `end` as an array of machine integers: a
+    slice of vLLM's own int32 array where it keeps one (0.34), else packed from its list as
+    int64 (one engine packs every request alike, so its fingerprints agree)."""
+    tokens = getattr(request, "_all_token_ids", None)
+    if isinstance(tokens, array):
+        return array.__getitem__(tokens, slice(start, end))
+    return array("q", request.all_token_ids[start:end])

@@ -21,7 +21,8 @@ from collector.live.limits import MAX_TS_NS, Limits
 from collector.model.rejected_message import RejectedMessage
 from engine_hooks.events import (
     COUNT_BYTES,
-    WIRE_FORMAT,
+    HASH_BYTES,
+    READABLE_WIRE_FORMATS,
     Allocate,
     Arrive,
     Collision,
@@ -116,11 +117,12 @@ def check_batch(header: BatchHeader, records: list[Event], limits: Limits) -> No
 
 
 def _check_header(header: BatchHeader, records: list[Event], limits: Limits) -> None:
-    if header.wire_format != WIRE_FORMAT:
+    if header.wire_format not in READABLE_WIRE_FORMATS:
         raise RejectedMessage(
             "wire-format",
             f"the engine's hooks send wire format {header.wire_format}, this collector reads "
-            f"{WIRE_FORMAT}: install the same kvscope beside the engine and the collector",
+            f"{' and '.join(map(str, sorted(READABLE_WIRE_FORMATS)))}: install the same "
+            "kvscope beside the engine and the collector",
         )
     if header.num_records != len(records):
         raise RejectedMessage(
@@ -246,4 +248,7 @@ def _block_columns_problem(
         lengths |= {len(record.token_ids)} if record.token_ids is not None else set()
         if len(lengths) != 1:
             return "per-block columns of different lengths"
+        fingerprints = record.token_fingerprints
+        if fingerprints is not None and len(fingerprints) != HASH_BYTES * count:
+            return "token fingerprints not packed 8 bytes each, one per block"
     return None

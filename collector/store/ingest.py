@@ -30,7 +30,12 @@ from engine_hooks.events import (
 _PER_BLOCK: dict[type, dict[str, str]] = {
     Hit: {"block_ids": "block_id", "block_hashes": "block_hash"},
     Allocate: {"block_ids": "block_id"},
-    Store: {"block_ids": "block_id", "block_hashes": "block_hash", "extra_keys": "extra_keys"},
+    Store: {
+        "block_ids": "block_id",
+        "block_hashes": "block_hash",
+        "extra_keys": "extra_keys",
+        "token_fingerprints": "token_fingerprint",
+    },
     Evict: {"block_ids": "block_id", "block_hashes": "block_hash", "kv_groups": "kv_group"},
     Free: {"block_ids": "block_id", "ref_cnts": "ref_cnt", "kv_groups": "kv_group"},
 }
@@ -65,6 +70,7 @@ EVENT_COLUMNS: dict[str, pa.DataType] = {
     "engine_id": pa.string(),
     "dp_rank": pa.int16(),
     "kv_group": pa.int16(),
+    "token_fingerprint": pa.uint64(),
 }
 _TEXT = pa.dictionary(pa.int32(), pa.string())
 
@@ -259,6 +265,8 @@ def _per_block_column(column: str, records: list[Any], field: str) -> pa.Array:
         return pa.array(entries, type=EVENT_COLUMNS[column])
     if column == "block_hash":
         return _packed_hashes(records)
+    if column == "token_fingerprint":
+        return _token_fingerprints(records)
     # Every packed column is the hooks' but `kv_groups` and a dense layout's `ref_cnts`, which
     # the collector's mirror fills (collector/store/cache_mirror.py): a record it did not
     # complete is of group 0 (and counts 0).
@@ -273,6 +281,21 @@ def _packed_hashes(records: list[Any]) -> pa.Array:
         return pa.concat_arrays([_packed_hashes([record]) for record in records])
     packed = b"".join(record.block_hashes for record in records)
     return pa.array(low_64_bits(packed, widths.pop() if widths else 8), type=pa.uint64())
+
+
+def _token_fingerprints(records: list[Store]) -> pa.Array:
+    """The key-free fingerprint of every stored block of the records, in order (null for the
+    blocks of a record sent without them): 8 bytes a block, as checked on arrival
+    (collector/live/batch_check.py), read as the hashes are."""
+    packed = [record.token_fingerprints or bytes(len(record.block_ids) * 2) for record in records]
+    values = low_64_bits(b"".join(packed), 8)
+    if all(record.token_fingerprints is not None for record in records):
+        return pa.array(values, type=pa.uint64())
+    mask = np.repeat(
+        [record.token_fingerprints is None for record in records],
+        [num_blocks(record) for record in records],
+    )
+    return pa.array(values, type=pa.uint64(), mask=mask)
 
 
 def _parent_hashes(records: list[Store], block_hashes: pa.Array, starts: np.ndarray) -> pa.Array:

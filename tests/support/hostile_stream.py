@@ -230,7 +230,19 @@ class HostileStream:
         if kind == "store":
             parent = rng.choice([None, rng.randbytes(8), rng.randbytes(64)])
             keys = rng.choice([None, [("lora",) for _ in block_ids]])
-            return Store(seq, ts, request, ids, hashes, parent, position, count, extra_keys=keys)
+            fingerprints = rng.choice([None, rng.randbytes(8 * len(block_ids))])
+            return Store(
+                seq,
+                ts,
+                request,
+                ids,
+                hashes,
+                parent,
+                position,
+                count,
+                extra_keys=keys,
+                token_fingerprints=fingerprints,
+            )
         if kind == "hit":
             return Hit(seq, ts, request, ids, hashes, position)
         if kind == "free":
@@ -357,6 +369,28 @@ class HostileStream:
                 [Pool(seq, 1, None, stream.pool + 1, None, 0)],
                 [Pool(seq, 1, None, stream.pool, None, 1)],
                 [Hit(seq, 1, "r", pack_counts([0]), b"\x01" * 65)],
+                # key-free fingerprints not 8 bytes a block
+                [
+                    Store(
+                        seq, 1, "r", pack_counts([0]), b"\x01" * 8, None, 0, 16, None, None, 0, b""
+                    )
+                ],
+                [
+                    Store(
+                        seq,
+                        1,
+                        "r",
+                        pack_counts([0]),
+                        b"\x01" * 8,
+                        None,
+                        0,
+                        16,
+                        None,
+                        None,
+                        0,
+                        b"\x01" * 9,
+                    )
+                ],
             ]
         )
         if stream.pool == 0 and not isinstance(records[0], Pool):
