@@ -101,6 +101,27 @@ def forged_block_size(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _blocks() -> tuple[int, int]:
+    """The sample's blocks: those its header counts, and those in use."""
+    with duckdb.connect(str(SAMPLE_RUN), read_only=True) as connection:
+        row = connection.execute(
+            "SELECT total_blocks, used_blocks FROM pragma_database_size()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def used_blocks() -> int:
+    return _blocks()[1]
+
+
+def free_blocks() -> int:
+    """The sample's free blocks: cutting as many off its end leaves a whole run (DuckDB
+    refuses only a query reading past the end)."""
+    total, used = _blocks()
+    return total - used
+
+
 def cut_by(count: int) -> Callable[[Path], None]:
     def damage(path: Path) -> None:
         data = SAMPLE_RUN.read_bytes()
@@ -212,7 +233,9 @@ RUN_FILE_DAMAGE: dict[str, Damage] = {
     "cut in half": Damage(cut_by(SAMPLE_RUN.stat().st_size // 2), "cut short"),
     "cut by 4 KiB": Damage(cut_by(4096), "cut short"),
     "cut by 1 byte": Damage(cut_by(1), "cut short"),
-    "cut by a block": Damage(cut_by(BLOCK_BYTES), "32 are in use: cut short"),
+    "cut into the blocks in use": Damage(
+        cut_by((1 + free_blocks()) * BLOCK_BYTES), f"{used_blocks()} are in use: cut short"
+    ),
     "4 KiB added": Damage(grown_by(4096), "bytes added"),
     "database header damaged": Damage(scribbled_header, "damaged"),
     "header forged: blocks of 0 bytes": Damage(forged_block_size, "blocks of 0 bytes"),
