@@ -181,18 +181,22 @@ class VllmUnavailable(Unavailable):
     """This environment has no vLLM kvscope supports, and the command replays through it."""
 
 
-# Loggers of vLLM's torch that warn, on import, of its own deprecations and of a CUDA runtime
-# a CPU replay never uses: noise to a kvscope user.
-_TORCH_IMPORT_NOISE = (
+# Loggers that warn, on import, of what a replay never uses: torch of its own deprecations and
+# of a CUDA runtime; vLLM's platforms of the compiled kernels this build lacks ("Failed to
+# import from vllm._C", which reads like an error). Noise to a kvscope user.
+_IMPORT_NOISE = (
     "torch._opaque_base",
     "torch._library.opaque_object",
     "torch.utils.cpp_extension",
+    "vllm.platforms",
 )
 
 
 def quiet_torch_imports() -> None:
-    """Keep those warnings off the terminal (errors still show)."""
-    for name in _TORCH_IMPORT_NOISE:
+    """Keep those warnings off the terminal (errors still show). Only kvscope's own commands
+    call it, in their own process: the plugin inside a user's engine never does (it imports
+    nothing of collector/), so vLLM's logging there is the user's."""
+    for name in _IMPORT_NOISE:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
