@@ -1,7 +1,7 @@
-"""Overview: why the window's prompts missed (visualizer/miss_breakdown.py); the run's hit
-rates, tokens saved, requests, pool pressure (the fewest free blocks, the time under 10 %
-free, preemptions), evictions, collisions and dropped events, its configuration, and the
-same figures over time."""
+"""Overview: the run's health scorecard (visualizer/health_card.py); why the window's prompts
+missed (visualizer/miss_breakdown.py); the run's hit rates, tokens saved, requests, pool
+pressure (the fewest free blocks, the time under 10 % free, preemptions), evictions,
+collisions and dropped events, its configuration, and the same figures over time."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_bl
 from collector.queries.summary import capture_stops, hit_ratio
 from collector.safe_text import markdown_text
 from collector.store.run_file import RunFile
-from visualizer import miss_breakdown
+from visualizer import health_card, miss_breakdown
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -51,6 +51,7 @@ def render() -> None:
             "Capture stopped during this run (a failure in kvscope's hooks; vLLM ran on, "
             f"uncaptured from then on): {markdown_text(stopped, None)}"
         )
+    health_card.render(path)
     miss_breakdown.render(run, window)
     _metrics(figures, free_block_extremes(run, window=window))
     points = activity.figures_over_time(run, window)

@@ -1,0 +1,71 @@
+"""The scorecard's fleet line: on a run of several engines (engine id x DP rank), whether
+the router spread the requests evenly, whether any engine's hit ratio lags the others', and
+how many prompt tokens missed because another engine held them (a routing miss)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from collector.health.line import HealthLine, Status, rising, worst
+from collector.queries.fleet import fleet_engines
+from collector.store.run_file import RunFile
+
+NAME, PAGE = "Fleet balance and routing", "fleet"
+
+
+def fleet_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) -> HealthLine:
+    """`totals`: the run's `cause_totals` (its `other_engine` share is the routing miss)."""
+    engines = fleet_engines(run)
+    if len(engines) < 2:
+        return HealthLine(NAME, "grey", "One engine: no fleet to balance or route.", PAGE)
+    load, load_status = _load(engines, limits)
+    hits, hits_status = _hits(engines, limits)
+    routed = float(totals.loc[totals["cause"] == "other_engine", "share"].sum())
+    routing_status = rising(
+        routed, limits["amber_other_engine_share"], limits["red_other_engine_share"]
+    )
+    return HealthLine(
+        NAME,
+        worst(load_status, hits_status, routing_status),
+        f"Of {len(engines)} engines, {load}; {hits}; {routed:.1%} of the prompt tokens missed "
+        "because another engine had them cached.",
+        PAGE,
+    )
+
+
+def _load(engines: pd.DataFrame, limits: dict[str, Any]) -> tuple[str, Status]:
+    """The engine whose requests are farthest from the other engines' mean."""
+    requests = engines["requests"].astype(float)
+    others = (requests.sum() - requests) / (len(requests) - 1)
+    ratio = (requests / others.where(others > 0)).fillna(1.0)
+    balance = ratio.where(ratio <= 1, 1 / ratio)  # 0.5: half the others' mean, or double
+    index = int(balance.to_numpy().argmin())
+    status: Status = (
+        "red"
+        if balance.iloc[index] <= limits["red_request_ratio"]
+        else "amber"
+        if balance.iloc[index] <= limits["amber_request_ratio"]
+        else "green"
+    )
+    return (
+        f"{engines['engine'].iloc[index]} got {int(requests.iloc[index]):,} requests against "
+        f"the others' mean of {others.iloc[index]:,.0f} ({ratio.iloc[index]:.2f}x)",
+        status,
+    )
+
+
+def _hits(engines: pd.DataFrame, limits: dict[str, Any]) -> tuple[str, Status]:
+    """The engine whose token hit ratio is farthest below the other engines' together."""
+    prompt = engines["prompt_tokens"].astype(float)
+    hit = engines["hit_tokens"].astype(float)
+    others = ((hit.sum() - hit) / (prompt.sum() - prompt).where(lambda s: s > 0)).fillna(0.0)
+    own = (hit / prompt.where(prompt > 0)).fillna(0.0)
+    gap = others - own
+    index = int(gap.to_numpy().argmax())
+    words = (
+        f"{engines['engine'].iloc[index]} hit {own.iloc[index]:.1%} of its prompt tokens "
+        f"against {others.iloc[index]:.1%} on the others"
+    )
+    return words, rising(float(gap.iloc[index]), limits["amber_hit_gap"], limits["red_hit_gap"])
