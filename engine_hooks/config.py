@@ -10,19 +10,18 @@ from dataclasses import dataclass
 
 from engine_hooks.endpoint import MIN_TOKEN_LENGTH, TOKEN_ENV, default_endpoint
 
-# vLLM's prefix-caching hashes (`--prefix-caching-hash-algo`): SHA-256 (its default, with
-# pickle or CBOR) is cryptographic, so two different prefixes sharing a hash takes about 2^128
-# blocks, or a break of SHA-256; xxHash's 128 bits are as wide but not built against crafted
-# inputs (vLLM's own docs warn of collisions across tenants). The collision check (BLAKE2b
-# fingerprints) costs about half again the block manager's time, so it is on where the hash
-# can collide in practice: xxHash.
-NON_CRYPTOGRAPHIC_HASHES = frozenset({"xxhash", "xxhash_cbor"})
+# The fingerprints (the collision check's and the key-free ones that tell a key mismatch, one
+# XXH3 pass: fingerprint.py) cost the hooks about a tenth of the block manager's time
+# (docs/benchmarks.md), so they are on for every hash vLLM offers. The collision check finds
+# something in practice only with xxHash (`--prefix-caching-hash-algo xxhash` or
+# `xxhash_cbor`: 128 bits, but not built against crafted inputs); SHA-256, vLLM's default, is
+# cryptographic. The key-free fingerprints serve every hash.
 
 
-def checks_collisions(setting: bool | None, hash_algo: str) -> bool:
-    """Whether to run the collision check: as set, or (None: auto) for a non-cryptographic
-    hash."""
-    return hash_algo in NON_CRYPTOGRAPHIC_HASHES if setting is None else setting
+def checks_collisions(setting: bool | None) -> bool:
+    """Whether to fingerprint blocks (the collision check and the key-free fingerprints): as
+    set, or (None: auto) always."""
+    return setting is not False
 
 
 def _flag(environment: Mapping[str, str], name: str, default: bool | None) -> bool | None:

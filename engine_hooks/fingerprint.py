@@ -2,7 +2,7 @@
 collision check's, and the key-free one that tells a key mismatch (docs/miss-causes.md).
 
 A block's **collision fingerprint** is XXH3-128 over its parent's fingerprint, its token ids
-(as machine integers: vllm_api.token_span) and, where vLLM mixes extra keys into its own hash (LoRA,
+(as int32: `vllm_api.token_span`) and, where vLLM mixes extra keys into its own hash (LoRA,
 multimodal inputs, cache salt, prompt embeddings: vLLM's own
 `generate_block_hash_extra_keys`), their `repr`. Two blocks with the same fingerprint hold
 the same prefix under the same keys; a prefix hit whose cached block carries another
@@ -17,22 +17,23 @@ catch is two prefixes sharing vLLM's key, and a pair that collides in vLLM's has
 to collide here too. It does not share vLLM's input: vLLM hashes a pickled or CBOR-encoded
 tuple (parent hash, token tuple, extra keys) from its own seed (`NONE_HASH`, random per
 process unless PYTHONHASHSEED is set); this chain hashes the raw token bytes after a 16-byte
-parent, from a root and a 64-bit seed drawn from `os.urandom`: another function, another
+parent, from a secret root and 64-bit seed (below): another function, another
 serialisation, another key, so vLLM's collisions, crafted or not, are not ones of this
 chain. 128 bits make an accidental collision of two fingerprints take about 2^64 blocks.
 (BLAKE2b did the same at seven times XXH3's cost per block, half again the block manager's
 time: docs/benchmarks.md.)
 
 Keyed, for privacy: a fingerprint of token ids is a hash of prompt content, and the blocks of
-a guessed prompt could be tested against it. The chain's root and seed are a random key
-drawn once per process (`BlockFingerprints`), kept in the engine's memory and never sent or
-stored: a key mismatch is only told between blocks of one engine, so fingerprints need to
-agree within one engine run, not across runs or engines. Only the key-free chain's low 64
-bits leave the engine (with each `Store`); the collision chain stays in it, but for the two
-fingerprints of a `Collision` record. XXH3 under a secret key is not a proven MAC: the key
-stops anyone who holds a run file (and not the engine's memory) from computing fingerprints
-of guessed prompts, short of a cryptanalysis of XXH3 recovering a 192-bit key from truncated
-outputs; a deployment that must rule that out too switches the fingerprints off
+a guessed prompt could be tested against it. The chain's root and seed are a 24-byte key
+derived from the deployment's kvscope secret (`Pseudonymizer.key`: the secret that keys the
+tenant and salt pseudonyms), never sent or stored: whoever holds a run file and not the
+secret cannot compute the fingerprint of a guessed prompt, and a replay with the same secret
+gives the same fingerprints (a key mismatch is only told between blocks of one engine, so
+they need to agree within one engine run; they agree further). Only the key-free chain's
+low 64 bits leave the engine (with each `Store`); the collision chain stays in it, but for
+the two fingerprints of a `Collision` record. XXH3 under a secret key is not a proven MAC:
+short of a cryptanalysis of XXH3 that recovers a 192-bit key from truncated outputs, the
+key holds; a deployment that must rule that out too switches the fingerprints off
 (KVSCOPE_CHECK_COLLISIONS=0). A keyed BLAKE2b per stored block would cost as much as the
 whole check does now (docs/benchmarks.md).
 
@@ -46,7 +47,6 @@ hooks pay nothing per block allocated or evicted.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING
@@ -77,8 +77,7 @@ class BlockFingerprints:
     """Per running request, its two fingerprint chains (collision, key-free), computed as far
     as needed; per cached block, the collision fingerprint it was stored with."""
 
-    def __init__(self, block_size: int, key: bytes | None = None) -> None:
-        key = os.urandom(KEY_BYTES) if key is None else key
+    def __init__(self, block_size: int, key: bytes) -> None:
         self.block_size = block_size
         self._root = key[:FINGERPRINT_BYTES]
         self._seed = int.from_bytes(key[FINGERPRINT_BYTES:KEY_BYTES], "little")

@@ -48,6 +48,7 @@ from engine_hooks.events import (
     Preempt,
     Schedule,
 )
+from engine_hooks.fingerprint import KEY_BYTES
 from engine_hooks.layout import CacheLayout, check_layout
 from engine_hooks.pool_hooks import POOL_METHODS, PoolHooks
 from engine_hooks.privacy import Pseudonymizer
@@ -87,6 +88,7 @@ class KVCacheHooks(PoolHooks):
             layout=layout,
             record_token_ids=record_token_ids,
             check_collisions=check_collisions,
+            fingerprint_key=pseudonymizer.key("token-fingerprint", KEY_BYTES),
         )
         self._manager = manager
         self._pseudonymizer = pseudonymizer

@@ -145,8 +145,7 @@ class Capture:
         dp_rank = int(vllm_config.parallel_config.data_parallel_rank or 0)
         self.buffer = EventBuffer(config.buffer_capacity)
         self.pseudonymizer = Pseudonymizer(load_secret(), reveal_tenants=config.reveal_tenants)
-        hash_algo = str(vllm_config.cache_config.prefix_caching_hash_algo)
-        self.check_collisions = checks_collisions(config.check_collisions, hash_algo)
+        self.check_collisions = checks_collisions(config.check_collisions)
         self.hooks = KVCacheHooks(
             scheduler.kv_cache_manager,
             self.buffer,

@@ -63,13 +63,16 @@ class PoolHooks(Recorder):
         layout: CacheLayout,
         record_token_ids: bool,
         check_collisions: bool,
+        fingerprint_key: bytes,
     ) -> None:
         super().__init__(buffer, clock)
         self._pool = pool
         self.layout = layout
         self.block_size = layout.block_size
         self.record_token_ids = record_token_ids
-        self._fingerprints = BlockFingerprints(self.block_size) if check_collisions else None
+        self._fingerprints = (
+            BlockFingerprints(self.block_size, fingerprint_key) if check_collisions else None
+        )
         self._request: Request | None = None
         self._group = 0
         self._hit_length = 0

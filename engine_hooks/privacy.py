@@ -49,6 +49,11 @@ class Pseudonymizer:
         self.reveal_tenants = reveal_tenants
         self._loras: dict[str, str] = {}  # one HMAC per adapter, not one per request
 
+    def key(self, purpose: str, size: int) -> bytes:
+        """`size` bytes (at most 32) of key for `purpose`, derived from the secret: the same
+        on every engine and replay that shares it."""
+        return hmac.new(self._secret, f"key\x00{purpose}".encode(), hashlib.sha256).digest()[:size]
+
     def _digest(self, domain: str, value: str) -> str:
         message = f"{domain}\x00{value}".encode()
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()[:12]

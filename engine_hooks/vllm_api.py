@@ -18,7 +18,7 @@ helper meets a difference by what vLLM offers, not by its version number:
   the hooks ask the manager's own `prefix_cache_lookup_enabled`, in every version.
 - A request's token ids: a list up to 0.33; 0.34 keeps them in an int32 `array`
   (`TokenBuffer`, behind `Request.all_token_ids`), whose spans the fingerprints copy as bytes
-  without making an int per token (`token_span`).
+  without making an int per token (`token_span`; earlier versions' lists are packed alike).
 
 `contract_problems()` checks, at attach time, that vLLM still has every method the hooks
 wrap with the arguments they read: the plugin refuses to capture, in one log line naming
@@ -170,10 +170,10 @@ def model_runner_output(request_ids: list[str], **fields: Any) -> Any:
 
 
 def token_span(request: Any, start: int, end: int) -> array[int]:
-    """The request's token ids from `start` to `end` as an array of machine integers: a
-    slice of vLLM's own int32 array where it keeps one (0.34), else packed from its list as
-    int64 (one engine packs every request alike, so its fingerprints agree)."""
+    """The request's token ids from `start` to `end` as int32: a slice of vLLM's own int32
+    array where it keeps one (0.34), else packed from its list (as 0.34 would hold them, so
+    every version gives the same bytes)."""
     tokens = getattr(request, "_all_token_ids", None)
-    if isinstance(tokens, array):
+    if isinstance(tokens, array) and tokens.typecode == "i":
         return array.__getitem__(tokens, slice(start, end))
-    return array("q", request.all_token_ids[start:end])
+    return array("i", request.all_token_ids[start:end])

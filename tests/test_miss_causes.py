@@ -71,11 +71,33 @@ def test_a_salt_per_request_is_a_key_mismatch_and_a_first_prompt_is_cold(tmp_pat
     assert details(run, "s1", "key_mismatch")["key_kind"] == "cache_salt"
 
 
-def test_without_token_ids_a_salted_run_leaves_new_blocks_unexplained(tmp_path: Path) -> None:
-    """A key mismatch looks like a new prefix when token ids were not recorded."""
+def test_without_token_ids_the_fingerprints_tell_the_key_mismatch(tmp_path: Path) -> None:
+    """The hooks' key-free fingerprints (on by default) tell the same causes as recorded
+    token ids, in a run that keeps no token ids."""
     prompt = list(range(1, 13))
     rows = rows_of([("s0", prompt, {"cache_salt": "x"}), ("s1", prompt, {"cache_salt": "y"})])
+    (tmp_path / "ids").mkdir()
+    with_ids = tiny_run(tmp_path / "ids", rows, block_size=4, num_blocks=20, record_token_ids=True)
     run = tiny_run(tmp_path, rows, block_size=4, num_blocks=20)
+    with RunFile.open(run) as opened:
+        assert opened.frame("SELECT count(*) AS n FROM request_tokens")["n"][0] == 0
+    assert (
+        breakdown(run)
+        == breakdown(with_ids)
+        == {
+            "s0": {"cold": 8, "partial_block": 4},
+            "s1": {"key_mismatch": 8, "partial_block": 4},
+        }
+    )
+    assert details(run, "s1", "key_mismatch")["key_kind"] == "cache_salt"
+
+
+def test_without_token_ids_nor_fingerprints_new_blocks_are_unexplained(tmp_path: Path) -> None:
+    """A key mismatch looks like a new prefix when neither token ids nor key-free
+    fingerprints were recorded (KVSCOPE_CHECK_COLLISIONS=0, replay --no-check-collisions)."""
+    prompt = list(range(1, 13))
+    rows = rows_of([("s0", prompt, {"cache_salt": "x"}), ("s1", prompt, {"cache_salt": "y"})])
+    run = tiny_run(tmp_path, rows, block_size=4, num_blocks=20, check_collisions=False)
     assert breakdown(run) == {
         "s0": {"unexplained": 8, "partial_block": 4},
         "s1": {"unexplained": 8, "partial_block": 4},

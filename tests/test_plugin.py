@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import get_args
 
 import pytest
 
-from engine_hooks.config import NON_CRYPTOGRAPHIC_HASHES, CaptureConfig, checks_collisions
+from engine_hooks.config import CaptureConfig, checks_collisions
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -95,22 +94,15 @@ def test_capture_gives_the_engine_core_time_to_flush_at_shutdown() -> None:
     assert timeouts(on) == "8.0 12.5"  # the flush timeout + 5 s; a drain timeout untouched
 
 
-def test_the_collision_check_is_on_by_default_only_where_vllms_hash_can_collide() -> None:
-    from vllm.config.cache import PrefixCachingHashAlgo  # noqa: PLC0415 - vLLM loads torch (seconds); only what drives vLLM pays
+def test_the_fingerprints_are_on_by_default_for_every_hash() -> None:
+    """The collision check and the key-free fingerprints: on unless switched off."""
 
     def setting(value: str | None) -> bool | None:
         environment = {} if value is None else {"KVSCOPE_CHECK_COLLISIONS": value}
         return CaptureConfig.from_environment(environment).check_collisions
 
-    # Every hash vLLM offers is classified: SHA-256 (its default) or a non-cryptographic one.
-    assert (
-        set(get_args(PrefixCachingHashAlgo)) == {"sha256", "sha256_cbor"} | NON_CRYPTOGRAPHIC_HASHES
-    )
     assert setting(None) is None and setting("auto") is None
-    assert [checks_collisions(None, algo) for algo in ("sha256", "sha256_cbor")] == [False, False]
-    assert [checks_collisions(None, algo) for algo in ("xxhash", "xxhash_cbor")] == [True, True]
-    assert checks_collisions(setting("1"), "sha256") and not checks_collisions(
-        setting("0"), "xxhash"
-    )
+    assert checks_collisions(setting(None)) and checks_collisions(setting("auto"))
+    assert checks_collisions(setting("1")) and not checks_collisions(setting("0"))
     with pytest.raises(ValueError, match=r"KVSCOPE_CHECK_COLLISIONS='maybe'.*or auto"):
         setting("maybe")

@@ -105,8 +105,10 @@ def _add_recording_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--check-collisions",
-        action="store_true",
-        help="fingerprint every cached block and check each prefix hit against it",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fingerprint every cached block: check each prefix hit against it, and store "
+        "each block's key-free fingerprint (tells a key mismatch without token ids; on)",
     )
 
 

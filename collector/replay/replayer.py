@@ -65,7 +65,7 @@ class ReplayOptions:
     record_token_ids: bool = False
     tokenizer: str | None = None
     reveal_tenants: bool = False
-    check_collisions: bool = False
+    check_collisions: bool = True  # and the key-free fingerprints (fingerprint.py)
     cpu_tier_blocks: int = 0  # a CPU offload tier of this many GPU-block-sized chunks
     cpu_tier_policy: str = "lru"
     engines: int = 1  # a fleet of this many engines behind `router` (collector/replay/fleet.py)

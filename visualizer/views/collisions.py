@@ -25,9 +25,9 @@ def render() -> None:
     if not check["checked"]:
         st.warning(
             "This run was recorded without the collision check, so no hit was checked. "
-            "Turn it on with `kvscope replay --check-collisions`, or `KVSCOPE_CHECK_COLLISIONS=1` "
-            "in a live engine (by default it runs only where vLLM hashes with xxHash: its "
-            "default, SHA-256, does not collide in practice)."
+            "It is on by default; this run was recorded with `KVSCOPE_CHECK_COLLISIONS=0`, "
+            "`kvscope replay --no-check-collisions`, or by a kvscope from before it was on "
+            "for every hash."
         )
     elif found == 0:
         st.success(f"No collisions: 0 in {checked:,} block hits checked (hash: {algorithm}).")
