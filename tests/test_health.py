@@ -7,12 +7,14 @@ input names its file and key; the Overview shows the scorecard, linked, above it
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from collector.advisor.context import RunContext
+from collector.cli import main
 from collector.health.line import HealthLine
 from collector.health.scorecard import scorecard
 from collector.health.thresholds import (
@@ -211,3 +213,22 @@ def test_the_overview_opens_on_the_scorecard_with_its_links() -> None:
     titles = {page.url_path: page.title for page in PAGES}
     links = [(link.proto.label, link.proto.page) for link in app.get("page_link")]
     assert links == [(titles[page], page) for page in PAGE_ORDER]
+
+
+def test_kvscope_summary_prints_the_scorecard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["summary", str(SAMPLE_RUN), "--health"]) == 0
+    printed = capsys.readouterr().out.split("\nhealth (the whole run; docs/health.md):\n")[1]
+    lines = lines_of(SAMPLE_RUN)
+    assert printed.splitlines() == [
+        f"  {line.status:<5}  {line.name}: {line.sentence} [{line.page}]" for line in lines.values()
+    ]
+    assert main(["summary", str(SAMPLE_RUN), "--health", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["health"]
+    assert [line["status"] for line in shown] == [line.status for line in lines.values()]
+    own = tmp_path / "health.toml"
+    own.write_text("[fleet]\nred_hit_gap = 'wide'\n")
+    monkeypatch.setenv(ENVIRONMENT, str(own))
+    assert main(["summary", str(SAMPLE_RUN), "--health"]) == 2
+    assert f"{own}: 'fleet.red_hit_gap' must be a number, got 'wide'" in capsys.readouterr().err
