@@ -9,10 +9,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from collector.live.batch_check import check_batch
+from collector.live.limits import Limits
+from collector.model.rejected_message import RejectedMessage
 from collector.store.ingest import to_batch
 from collector.store.run_file import RunFile
-from engine_hooks.events import Store, pack_counts
+from engine_hooks.events import WIRE_FORMAT, Store, pack_counts
 from tests.support.block_manager import tiny_run
+from tests.support.hostile import header
 
 PROMPT = list(range(1, 13))  # three blocks of 4
 FORKED = [1, 2, 3, 4, 99, 6, 7, 8, 9, 10, 11, 12]  # another second block, the same third
@@ -78,3 +82,20 @@ def test_the_collector_stores_a_fingerprint_per_block_and_nulls_without() -> Non
     column = events.column("token_fingerprint").combine_chunks()
     assert column.type == pa.uint64()
     assert column.to_pylist() == [5, 2**64 - 1, None]
+
+
+def test_a_collector_reads_hooks_from_before_the_fingerprints_and_checks_their_width() -> None:
+    """Wire format 5 (no fingerprints) is read; a Store whose fingerprints are not 8 bytes a
+    block is refused, as any block record whose columns disagree."""
+    plain = Store(0, 1, "a", pack_counts([1, 2]), bytes(16), None, 0, 16)
+    check_batch(header("e", [plain], wire_format=5), [plain], Limits())
+    for width in (0, 7, 9):
+        fingerprints = bytes(2 * width)  # two blocks
+        record = Store(
+            0, 1, "a", pack_counts([1, 2]), bytes(16), None, 0, 16, None, None, 0, fingerprints
+        )
+        with pytest.raises(RejectedMessage, match="token fingerprints not packed"):
+            check_batch(header("e", [record]), [record], Limits())
+    with pytest.raises(RejectedMessage, match="reads 5 and 6"):
+        check_batch(header("e", [plain], wire_format=4), [plain], Limits())
+    assert WIRE_FORMAT == 6
