@@ -112,16 +112,25 @@ def test_overview_figures_match_the_summary() -> None:
         f"Integrity: 0 collisions in {summary['block_hits']:,} block hits checked; "
         "0 dropped events."
     ]
-    # The trace by its name (its folder is the replaying machine's); each option a row.
+    # The trace by its name (its folder is the replaying machine's); the settings by their
+    # human names, the raw keys (each option a row) behind a toggle.
     assert "run.duckdb: replay of trace.jsonl.gz, block size 16" in captions(app)
     (config,) = [frame.value for frame in app.dataframe if "setting" in frame.value]
     settings = dict(config.to_numpy().tolist())
-    assert settings["options.kv_layout"] == "full"
-    assert settings["options.check_collisions"] == "True"
-    assert settings["options.step_model.step_ms"] == "10.0"
-    assert settings["options.kv_groups[0].kind"] == "full"
-    assert settings["options.kv_groups[0].block_size"] == "16"
-    assert "options" not in settings and "options.kv_groups" not in settings
+    assert settings["block size"] == "16 tokens"
+    assert settings["KV cache pool"] == "1,200 blocks (19,200 tokens of KV cache)"
+    assert settings["KV cache groups"] == "full attention"
+    assert settings["collision check"] == "yes"
+    assert len(settings) <= 20 and not any("options" in name for name in settings)
+    app.toggle(key="overview_config_raw_keys").set_value(True).run()
+    (raw,) = [frame.value for frame in app.dataframe if "key" in frame.value]
+    keys = dict(raw.to_numpy().tolist())
+    assert keys["options.kv_layout"] == "full"
+    assert keys["options.check_collisions"] == "True"
+    assert keys["options.step_model.step_ms"] == "10.0"
+    assert keys["options.kv_groups[0].kind"] == "full"
+    assert keys["options.kv_groups[0].block_size"] == "16"
+    assert "options" not in keys and "options.kv_groups" not in keys
 
 
 def test_run_picker_switches_to_another_run_in_the_folder() -> None:
@@ -190,10 +199,12 @@ def test_hotspots_rank_blocks_by_hits_stores_or_evictions() -> None:
     assert not app.exception, app.exception
     with RunFile.open(SAMPLE_RUN) as run_file:
         window = time_grid(run_file).whole_run()
-        expected = hotspots.top_blocks(run_file, window, 20, measure="evictions")
+        top = hotspots.top_blocks(run_file, window, 400, measure="evictions")
+    expected = hotspots.block_runs(top, "evictions", 20)
     assert app.subheader[0].value == "Most-evicted blocks"
-    (table,) = [frame.value for frame in app.dataframe if "block_hash" in frame.value]
-    assert table["block_hash"].tolist() == expected["block_hash"].tolist()
+    (table,) = [frame.value for frame in app.dataframe if "first block hash" in frame.value]
+    assert table["first block hash"].tolist() == expected["first_hash"].tolist()
+    assert table["blocks"].tolist() == expected["blocks"].tolist()
     assert table["evictions"].is_monotonic_decreasing and table["evictions"].iloc[0] > 1
     assert "Most-evicted cached blocks" in chart_titles(app)
 

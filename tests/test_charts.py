@@ -59,9 +59,11 @@ def test_heatmap(run_file: RunFile) -> None:
 def test_top_blocks_and_reuse(run_file: RunFile) -> None:
     names = hex_names(run_file)
     window = time_grid(run_file).whole_run()
-    top = hotspot_charts.top_blocks_figure(hotspots.top_blocks(run_file, window))
-    assert list(top.data[0].x) == [2, 1]
-    assert list(top.data[0].y) == [f"{names['A1'][:8]} · pos 0", f"{names['A2'][:8]} · pos 1"]
+    runs = hotspots.block_runs(hotspots.top_blocks(run_file, window), "hits", 20)
+    top = hotspot_charts.top_blocks_figure(runs.assign(label=["first", "second"]))
+    assert list(top.data[0].x) == [2, 1]  # A1 and A2 differ in hits: a bar each
+    assert list(top.data[0].y) == ["first", "second"]
+    assert runs["first_hash"].tolist() == [names["A1"], names["A2"]]
     frequencies = hotspots.hit_count_frequencies(run_file, window)
     histogram = hotspot_charts.hit_histogram_figure(hotspots.hit_count_histogram(frequencies))
     assert (list(histogram.data[0].x), list(histogram.data[0].y)) == (["0", "1", "2"], [4, 1, 1])

@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from collector.cli import main
+from collector.model.family_names import family_name
 from collector.queries.miss_causes import CAUSE_NAMES, CAUSES, cause_totals, lookup_causes
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunFile
@@ -61,10 +62,12 @@ def test_the_json_totals_are_the_runs_and_add_up_to_its_prompt_tokens(
     assert [family["missed_tokens"] for family in families] == sorted(
         (family["missed_tokens"] for family in families), reverse=True
     )
-    for family in families:  # named by first block and first storer, not by bare hash
-        adapter = f", adapter {family['adapter']}" if family["adapter"] else ""
-        assert family["name"] == f"{family['family'][:8]} ({family['owner']}{adapter})"
+    for family in families:  # named by the first words of its text, as every page names it
         assert family["text"]  # its first block's text: the sample recorded token ids
+        assert family["name"] == family_name(
+            family["text"], family["owner"], None, family["adapter"]
+        )
+        assert family["family"][:8] not in family["name"]
         assert sum(cause["tokens"] for cause in family["causes"]) == family["missed_tokens"]
 
 
@@ -96,7 +99,8 @@ def test_the_text_leads_with_the_hit_and_lists_each_cause_as_the_run_counts_it(
     assert "unexplained: none, every missed token has its cause" in lines
     families = lines[lines.index("unexplained: none, every missed token has its cause") + 2 :]
     assert families[0].startswith("the 5 prefix families that missed most tokens")
-    assert families[1].split()[:2] == ["9ae5f786", "(initech)"]
+    # named by its first words, as the app names it (the hash 9ae5f786... is not the name)
+    assert families[1].strip().startswith("“You are Initech's internal help desk assist…”")
     assert "lost to diverged from a cached prefix 32,608, evicted 27,648" in families[1]
     assert families[2].strip() == (
         'its first block: "You are Initech\'s internal help desk assistant for employees. You"'

@@ -16,6 +16,7 @@ from collector.queries import hotspots
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from tests.support.app import go_to, start
+from tests.support.repo import SAMPLE_RUN
 from tests.support.runs import evictions_run, family_roots, hex_names, shared_prefix_run
 from visualizer.charts import hotspots as hotspot_charts
 
@@ -48,17 +49,21 @@ def test_block_heatmap(run_file: RunFile) -> None:
 def test_top_blocks(run_file: RunFile) -> None:
     names = hex_names(run_file)
     top = hotspots.top_blocks(run_file, time_grid(run_file).whole_run())
+    family = str(int(names["A1"], 16))  # the first block's hash, in decimal
     assert top.to_dict("records") == [
         {"block_hash": names["A1"], "block_position": 0, "hits": 2, "stores": 1, "evictions": 0,
-         "first_use_s": 0.0, "last_use_s": 0.02, "tenant": "a", "lora": None},
+         "first_use_s": 0.0, "last_use_s": 0.02, "tenant": "a", "lora": None,
+         "family": family},
         {"block_hash": names["A2"], "block_position": 1, "hits": 1, "stores": 1, "evictions": 0,
-         "first_use_s": 0.0, "last_use_s": 0.01, "tenant": "a", "lora": None},
+         "first_use_s": 0.0, "last_use_s": 0.01, "tenant": "a", "lora": None,
+         "family": family},
     ]  # fmt: skip
     # Inside a window the figures are the window's: a1 hit A1 at 20 ms, nothing stored it.
     late = hotspots.top_blocks(run_file, time_grid(run_file).buckets(300, 600))
     assert late.to_dict("records") == [
         {"block_hash": names["A1"], "block_position": 0, "hits": 1, "stores": 0, "evictions": 0,
-         "first_use_s": 0.02, "last_use_s": 0.02, "tenant": "a", "lora": None},
+         "first_use_s": 0.02, "last_use_s": 0.02, "tenant": "a", "lora": None,
+         "family": family},
     ]  # fmt: skip
 
 
@@ -165,17 +170,16 @@ def test_heatmap_rows_by_prefix_family_and_by_tenant(tmp_path: Path) -> None:
 
 def test_the_hotspots_page_rows_by_family_or_tenant(tmp_path: Path) -> None:
     run = evictions_run(tmp_path)
-    with RunFile.open(run) as run_file:
-        roots = family_roots(run_file)
-    x, y, z = (f"{roots[name]:016x}"[:8] for name in "XYZ")
+    # No token ids recorded: each family is named by its first storer's tenant and request.
+    x, y, z = "x · request x0", "y · request y0", "y · request z0"
     app = go_to(start(run), "views/hotspots.py")
     assert app.radio(key="hotspots_rows").value == "family"
     app.radio(key="hotspots_measure").set_value("stores").run()
     assert not app.exception, app.exception
     rows, stores = heatmap_rows(app)
     # The most active family on top: X and Y (6 each), then Z (3).
-    assert rows[0] == f"{z} (y)" and set(rows[1:]) == {f"{x} (x)", f"{y} (y)"}
-    assert dict(zip(rows, stores, strict=True)) == {f"{x} (x)": 4, f"{y} (y)": 3, f"{z} (y)": 3}
+    assert rows[0] == z and set(rows[1:]) == {x, y}
+    assert dict(zip(rows, stores, strict=True)) == {x: 4, y: 3, z: 3}
     app.radio(key="hotspots_rows").set_value("tenant").run()
     assert heatmap_rows(app) == (["x", "y"], [4, 6])
 
@@ -205,3 +209,21 @@ def test_the_heatmaps_name_a_cells_width_in_time() -> None:
     (rows,) = hotspot_charts.owner_heatmap_figure(owned, "hits", "tenant").data
     assert rows.colorbar.title.text == "hits per 1.2 s"
     assert list(rows.y) == ["b", "a"]  # the first-ranked row on top
+
+
+def test_block_runs_fold_a_shared_prefixs_blocks_into_one_bar() -> None:
+    # On the sample the twenty most-hit blocks are one family's first blocks, 147 hits each:
+    # one run of blocks alike, not twenty identical bars.
+    with RunFile.open(SAMPLE_RUN) as run_file:
+        top = hotspots.top_blocks(run_file, time_grid(run_file).whole_run(), 400)
+    runs = hotspots.block_runs(top, "hits", 20)
+    first = runs.iloc[0]
+    assert first["hits"] == top["hits"].max() == 147
+    assert first["blocks"] == (top["hits"] == 147).sum() >= 20
+    assert (first["first_position"], first["first_hash"]) == (0, top["block_hash"].iloc[0])
+    assert runs["hits"].is_monotonic_decreasing and len(runs) == 20
+    # every block of a run shares its family and counts
+    for run in runs.head(5).to_dict("records"):
+        alike = top[(top["family"] == run["family"]) & (top["hits"] == run["hits"])]
+        alike = alike[(alike["stores"] == run["stores"]) & (alike["evictions"] == run["evictions"])]
+        assert len(alike) == run["blocks"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.model.family_names import name_of
 from collector.model.time_window import TimeWindow
 from collector.queries.hotspots import hash_hex
 from collector.queries.miss_causes import (
@@ -16,12 +17,10 @@ from collector.queries.miss_causes import (
     family_losses,
     lookup_causes,
 )
-from collector.queries.request_search import family_roots
 from collector.store.run_file import RunFile
 from visualizer.charts import miss_causes as charts
 from visualizer.downloads import show_chart
-from visualizer.family_labels import family_labels, label_of
-from visualizer.run_tokenizer import run_tokenizer
+from visualizer.family_labels import named_families
 
 TOP_FAMILIES = 8
 SERVED = ("hit", "tier")
@@ -98,9 +97,8 @@ def named_losses(run: RunFile, losses: pd.DataFrame, top: int = TOP_FAMILIES) ->
     kept = losses.drop_duplicates("family")["family"].head(top)
     missing = bool(kept.isna().any())
     losses = losses[losses["family"].isin(kept) | (losses["family"].isna() & missing)]
-    roots = family_roots(run, [int(family) for family in kept.dropna()])
-    labels = family_labels(roots, run_tokenizer(run))
+    labels = named_families(run, [int(family) for family in kept.dropna()])
     return losses.assign(
-        label=[label_of(labels, family) for family in losses["family"]],
+        label=[name_of(labels, family) for family in losses["family"]],
         family_hex=[hash_hex(family) for family in losses["family"]],
     )

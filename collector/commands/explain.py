@@ -59,7 +59,9 @@ def _run_explain(args: argparse.Namespace) -> int:
             if request is None:
                 raise ValueError(f'{args.run}: no request "{shown(args.request)}" in this run')
             text, source = prompt_text(run, args.request, args.tokenizer)
-            document = request_explanation(run, request, text) | {"text_from": source}
+            document = request_explanation(
+                run, request, text, lambda: run_tokenizer(run, args.tokenizer)[0]
+            ) | {"text_from": source}
             lines = request_lines(document)
     finally:
         run.close()

@@ -12,8 +12,7 @@ from typing import Any, cast
 
 import pandas as pd
 
-from collector.model.family_names import family_name
-from collector.model.nicknames import nickname
+from collector.model.family_names import family_names, name_of
 from collector.queries.config import run_config
 from collector.queries.miss_causes import (
     CAUSE_NAMES,
@@ -23,8 +22,8 @@ from collector.queries.miss_causes import (
     lookup_causes,
     request_block_causes,
 )
-from collector.queries.miss_details import family_owners, request_tenants
-from collector.queries.prefix_tree import block_token_ids
+from collector.queries.miss_details import request_tenants
+from collector.queries.request_search import family_roots
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from collector.token_text import TextTokenizer
@@ -86,26 +85,28 @@ def _families(
 ) -> list[dict[str, Any]]:
     """The TOP_FAMILIES families that missed most tokens (a request with no block has none:
     left out), named by their first block and its first storer's tenant, with the text of
-    that block where the run recorded its tokens and the tokenizer is here."""
+    that block where the run recorded its tokens and the tokenizer is here; named as every
+    page names them (collector/model/family_names.py)."""
     losses = family_losses(run)
     losses = losses[losses["family"].notna()]
     top = list(dict.fromkeys(int(family) for family in losses["family"]))[:TOP_FAMILIES]
-    owners = family_owners(run, top)
-    tokens = block_token_ids(run, [f"{family:016x}" for family in top])
-    decoder = tokenizer() if tokens else None
+    roots = family_roots(run, top)
+    decoder = tokenizer() if roots["token_ids"].notna().any() else None
+    names = family_names(roots, decoder.decode if decoder is not None else None)
+    firsts = {int(row["family"]): row for row in records(roots)}
     families = []
     for family in top:
         rows = losses[losses["family"] == family]
-        owner, adapter = owners.get(family, (None, None))
+        first = firsts.get(family, {"tenant": None, "lora": None, "token_ids": None})
         families.append(
             {
                 "family": f"{family:016x}",
-                "owner": owner,
-                "adapter": adapter,
-                "name": _family_name(family, owner, adapter),
+                "owner": first["tenant"],
+                "adapter": first["lora"],
+                "name": name_of(names, family),
                 "text": None
-                if decoder is None or f"{family:016x}" not in tokens
-                else decoder.decode(tokens[f"{family:016x}"]),
+                if decoder is None or first["token_ids"] is None
+                else decoder.decode(list(first["token_ids"])),
                 "missed_tokens": int(rows["family_tokens"].iloc[0]),
                 "share_of_prompt_tokens": int(rows["family_tokens"].iloc[0]) / prompt_tokens,
                 "requests": int(rows["requests"].max()),
@@ -118,14 +119,21 @@ def _families(
     return families
 
 
-def request_explanation(run: RunFile, request: dict[str, Any], prompt_text: Any) -> dict[str, Any]:
+def request_explanation(
+    run: RunFile,
+    request: dict[str, Any],
+    prompt_text: Any,
+    tokenizer: Callable[[], TextTokenizer | None],
+) -> dict[str, Any]:
     """One request (`request`: its `requests` row) and its lookups: per cause its tokens and
     the details of its first block, and per missed full block its state, cause, details and
     text (`prompt_text(first, end)`: the prompt's tokens `first..end` as text, or None)."""
     request_id = str(request["request_id"])
     causes = lookup_causes(run, request_id)
     blocks = request_block_causes(run, request_id)
-    families = family_owners(run, causes["evicted_by_family"].dropna().tolist())
+    roots = family_roots(run, [int(family) for family in causes["evicted_by_family"].dropna()])
+    decoder = tokenizer() if roots["token_ids"].notna().any() else None
+    families = family_names(roots, decoder.decode if decoder is not None else None)
     evictors = request_tenants(
         run, [*causes["evicted_by"].dropna(), *blocks["evicted_by"].dropna()]
     )
@@ -169,7 +177,7 @@ def request_explanation(run: RunFile, request: dict[str, Any], prompt_text: Any)
 def _cause_row(
     row: dict[str, Any],
     evictors: dict[str, str | None],
-    families: dict[int, tuple[str | None, str | None]],
+    families: dict[int, str],
 ) -> dict[str, Any]:
     """A lookup's cause: its tokens, blocks, first block and that block's details, with the
     prefix family of the request whose allocation evicted it, where one did."""
@@ -178,9 +186,7 @@ def _cause_row(
     if _present(row.get("evicted_by_family")):
         family = int(row["evicted_by_family"])
         details["evicted_by_family"] = f"{family:016x}"
-        details["evicted_by_family_name"] = _family_name(
-            family, *families.get(family, (None, None))
-        )
+        details["evicted_by_family_name"] = name_of(families, family)
     return {
         "cause": cause,
         "name": CAUSE_NAMES[cause],
@@ -219,12 +225,6 @@ def _details(row: dict[str, Any], evictors: dict[str, str | None]) -> dict[str, 
     if _present(row.get("evicted_ago_ns")):
         details["evicted_ago_s"] = int(row["evicted_ago_ns"]) / 1e9
     return details
-
-
-def _family_name(family: int, owner: str | None, adapter: str | None) -> str:
-    """A family by its first block and first storer's tenant (nicknamed), and its adapter."""
-    named = family_name(family, nickname(owner) if owner else None)
-    return f"{named[:-1]}, adapter {nickname(adapter)})" if adapter else named
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:

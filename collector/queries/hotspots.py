@@ -134,7 +134,7 @@ def _top_from_prefix_blocks(measure: str) -> str:
     SELECT block_hash, block_position, hits, stores, evictions,
         (first_use_ns - $origin) / 1e9 AS first_use_s,
         (last_use_ns - $origin) / 1e9 AS last_use_s,
-        tenant, lora
+        tenant, lora, CAST(root_hash AS VARCHAR) AS family
     FROM prefix_blocks
     WHERE {measure} > 0
     ORDER BY {measure} DESC, block_position, block_hash
@@ -184,7 +184,8 @@ def _top_from_events(measure: str) -> str:
         activity.hits, activity.stores, activity.evictions,
         (activity.first_use_ns - $origin) / 1e9 AS first_use_s,
         (activity.last_use_ns - $origin) / 1e9 AS last_use_s,
-        prefix_blocks.tenant, prefix_blocks.lora
+        prefix_blocks.tenant, prefix_blocks.lora,
+        CAST(prefix_blocks.root_hash AS VARCHAR) AS family
     FROM ranked
     JOIN activity USING (block_hash)
     LEFT JOIN prefix_blocks USING (block_hash)
@@ -196,8 +197,8 @@ def top_blocks(
     run: RunFile, window: TimeWindow, limit: int = 20, measure: str = "hits"
 ) -> pd.DataFrame:
     """The block hashes with the most `measure` (hits, stores or evictions) in the window,
-    with their other counts, first and last use there, and the tenant and adapter that first
-    stored them."""
+    with their other counts, first and last use there, the tenant and adapter that first
+    stored them, and their prefix `family` (its first block's hash, in decimal)."""
     if measure not in HEAT_MEASURES:
         raise ValueError(f"no such measure {measure!r}: {', '.join(HEAT_MEASURES)}")
     if window.is_whole_run:
@@ -214,6 +215,29 @@ def _top_blocks(
     frame = run.frame(sql, parameters)
     frame["block_hash"] = frame["block_hash"].map(hash_hex)
     return frame
+
+
+def block_runs(top: pd.DataFrame, measure: str, limit: int) -> pd.DataFrame:
+    """`top_blocks` folded into runs of blocks alike: the blocks of one prefix family with
+    the same hits, stores and evictions (a shared prefix's blocks are hit together) as one
+    row, with their `blocks`, `first_position`..`last_position` and the `first_hash`; the
+    `limit` runs with the most `measure`, as `top_blocks` ranks them."""
+    keys = ["family", "hits", "stores", "evictions"]
+    runs = (
+        top.assign(family=top["family"].fillna(""), order=range(len(top)))
+        .groupby(keys, sort=False)
+        .agg(
+            blocks=("block_hash", "size"),
+            first_position=("block_position", "min"),
+            last_position=("block_position", "max"),
+            first_hash=("block_hash", "first"),
+            tenant=("tenant", "first"),
+            order=("order", "min"),
+        )
+        .reset_index()
+        .sort_values([measure, "order"], ascending=[False, True])
+    )
+    return runs.drop(columns="order").head(limit).reset_index(drop=True)
 
 
 def hit_count_frequencies(

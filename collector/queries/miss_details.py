@@ -36,16 +36,3 @@ def request_tenants(run: RunFile, requests: Iterable[str]) -> dict[str, str | No
         {"ids": sorted(set(requests))},
     )
     return {str(request): tenant for request, tenant in rows}
-
-
-def family_owners(
-    run: RunFile, families: Iterable[int]
-) -> dict[int, tuple[str | None, str | None]]:
-    """Each prefix family's owner: the tenant that first stored its first block and its LoRA
-    adapter (None: none), for the families among `families` whose first block the run holds."""
-    rows = run.rows(
-        """SELECT block_hash, any_value(tenant), any_value(lora) FROM prefix_blocks
-        WHERE block_hash IN (SELECT CAST(unnest($hashes) AS UBIGINT)) GROUP BY block_hash""",
-        {"hashes": sorted({str(int(family)) for family in families})},
-    )
-    return {int(block_hash): (tenant, lora) for block_hash, tenant, lora in rows}

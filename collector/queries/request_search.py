@@ -92,11 +92,13 @@ def request_tenants(run: RunFile, requests: Sequence[str]) -> dict[str, str | No
 
 def family_roots(run: RunFile, families: Sequence[int]) -> pd.DataFrame:
     """Each prefix family's first block (`family`: its hash, as `lookup_causes` names a
-    family): the `tenant` and `lora` of its first store, and its recorded `token_ids` (None
-    where the run recorded none)."""
+    family): the `tenant` and `lora` of its first store, the request that first stored it
+    (`first_request`) and its recorded `token_ids` (None where the run recorded none); what
+    collector/model/family_names.py names a family by."""
     return run.frame(
         """
-        SELECT block_hash AS family, tenant, lora,
+        SELECT DISTINCT ON (block_hash) block_hash AS family, tenant, lora,
+            first_stored_by AS first_request,
             (SELECT any_value(token_ids) FROM block_tokens
              WHERE block_tokens.block_hash = prefix_blocks.block_hash) AS token_ids
         FROM prefix_blocks

@@ -94,30 +94,31 @@ TOP_COLORS = {
 
 
 def top_blocks_figure(top: pd.DataFrame, measure: str = "hits") -> go.Figure:
-    """The block hashes with the most `measure` (hits, stores or evictions) as horizontal
-    bars, the most on top; the hover gives the other two."""
-    labels = [
-        f"{block_hash[:8]} · pos {position}"
-        for block_hash, position in zip(top["block_hash"], top["block_position"], strict=True)
-    ]
+    """The blocks with the most `measure` (hits, stores or evictions) as horizontal bars, the
+    most on top, a bar per run of blocks alike (`label`: their family and positions, from
+    `visualizer.views.hotspots`' grouping); the hover gives the other counts and the first
+    block's hash."""
     figure = go.Figure(
         go.Bar(
             x=top[measure],
-            y=labels,
+            y=top["label"],
             orientation="h",
             marker_color=TOP_COLORS[measure],
-            customdata=top[["tenant", "hits", "stores", "evictions"]].astype(str).to_numpy(),
+            customdata=top[["tenant", "hits", "stores", "evictions", "blocks", "first_hash"]]
+            .astype(str)
+            .to_numpy(),
             hovertemplate=(
-                "%{y}<br>tenant %{customdata[0]}<br>%{customdata[1]} hits, "
-                "%{customdata[2]} stores, %{customdata[3]} evictions<extra></extra>"
+                "%{y}<br>%{customdata[4]} blocks alike, each: %{customdata[1]} hits, "
+                "%{customdata[2]} stores, %{customdata[3]} evictions<br>tenant "
+                "%{customdata[0]}, first block %{customdata[5]}<extra></extra>"
             ),
         )
     )
     return styled(
         figure,
         title=f"{TOP_TITLES[measure]} cached blocks",
-        xaxis_title=measure,
-        yaxis_title="hash prefix · position in the prompt",
+        xaxis_title=f"{measure} per block",
+        yaxis_title="prefix family · positions in the prompt",
         yaxis={"autorange": "reversed", "type": "category"},
         height=max(320, 24 * len(top) + 120),
         hovermode="closest",

@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from collector.charts.theme import ROOT_COLOR, category_colors, styled
+from collector.model.family_names import text_snippet
 
 ROOT_ID = "all"
 COLOR_BY = ("tenant", "adapter", "age")
@@ -22,12 +23,6 @@ def node_label(first_position: int, last_position: int) -> str:
     if first_position == last_position:
         return f"pos {first_position}"
     return f"pos {first_position}-{last_position}"
-
-
-def text_snippet(text: str, length: int) -> str:
-    """The text on one line, cut to `length` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= length else flat[: length - 1].rstrip() + "…"
 
 
 def tree_depth(nodes: pd.DataFrame) -> int:

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from collector.charts.theme import per_point
+from collector.model.family_names import name_of
 from collector.model.nicknames import with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import activity, evictions
@@ -21,7 +22,7 @@ from collector.store.run_file import RunFile
 from visualizer.charts.evictions import eviction_matrix_figure, top_cells
 from visualizer.charts.free_blocks import free_blocks_figure
 from visualizer.downloads import show_chart
-from visualizer.family_names import family_name
+from visualizer.family_labels import named_families
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
@@ -89,14 +90,15 @@ def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
     if matrix.empty:
         st.info("Nothing was evicted in this time range.")
         return
-    cells = top_cells(_labelled(matrix, axis), TOP_SIDES)
+    cells = top_cells(_labelled(run, matrix, axis), TOP_SIDES)
     title = f"Blocks evicted, by evicting x evicted {AXIS_NAMES[axis]}"
     show_chart(eviction_matrix_figure(cells, title), cells, key="free_blocks_eviction_matrix")
     st.caption(
         "A cell counts the blocks in this range that the row's requests took from the pool "
         "while they still held the column's cached prefixes. A prefix family is every block "
-        "under one first block, named by its hash's first 8 hex digits and the tenant that "
-        f"first stored it. Beyond the {TOP_SIDES} largest, rows and columns fold into "
+        "under one first block, named by the first words of its text where the run recorded "
+        "them, else by the tenant and request that first stored it (its hash is in the "
+        f"download). Beyond the {TOP_SIDES} largest, rows and columns fold into "
         "(others)."
     )
     regretted = with_nicknames(evictions.regretted_families(run, window, TOP_REGRETTED), "owner")
@@ -104,12 +106,10 @@ def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
         st.caption("No block evicted in this range was needed again.")
         return
     st.markdown("**Most-regretted prefixes**: evicted, then needed again (stored again)")
+    names = named_families(run, regretted["family"].tolist())
     table = pd.DataFrame(
         {
-            "prefix family": [
-                family_name(root, owner)
-                for root, owner in zip(regretted["family"], regretted["owner"], strict=True)
-            ],
+            "prefix family": [name_of(names, root) for root in regretted["family"]],
             "blocks evicted": regretted["evictions"],
             "needed again": regretted["needed_again"],
             "share needed again": regretted["regret_share"].map("{:.0%}".format),
@@ -119,19 +119,16 @@ def _what_evicts_what(run: RunFile, window: TimeWindow) -> None:
     st.dataframe(table, hide_index=True, key="free_blocks_regretted")
 
 
-def _labelled(matrix: pd.DataFrame, axis: evictions.Axis) -> pd.DataFrame:
+def _labelled(run: RunFile, matrix: pd.DataFrame, axis: evictions.Axis) -> pd.DataFrame:
     """The matrix's cells with their rows and columns named."""
     # Pseudonymous tenants by their nicknames: the families' owners, or the tenants.
     named = ("evicting_owner", "evicted_owner") if axis == "family" else ("evicting", "evicted")
     matrix = with_nicknames(matrix, *named)
     if axis == "family":
-        evicting = [
-            family_name(root, owner, missing="(no request)")
-            for root, owner in zip(matrix["evicting"], matrix["evicting_owner"], strict=True)
-        ]
+        names = named_families(run, [*matrix["evicting"].dropna(), *matrix["evicted"].dropna()])
+        evicting = [name_of(names, root, "(no request)") for root in matrix["evicting"]]
         evicted = [
-            family_name(root, owner, missing="(unknown: its store was lost)")
-            for root, owner in zip(matrix["evicted"], matrix["evicted_owner"], strict=True)
+            name_of(names, root, "(unknown: its store was lost)") for root in matrix["evicted"]
         ]
     else:
         evicting = matrix["evicting"].fillna("(no tenant)").tolist()

@@ -14,12 +14,13 @@ from collector.store.run_file import RunFile
 from engine_hooks.layout import KvGroup
 from visualizer.charts import hotspots as hotspot_charts
 from visualizer.downloads import show_chart
-from visualizer.family_names import family_name
+from visualizer.family_labels import named_families
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
 
-TOP_BLOCKS = 20
+TOP_BLOCKS = 20  # bars: runs of blocks alike
+BLOCKS_FETCHED = 400  # the most-hit blocks folded into those runs
 MOST_ACTIVE_ROWS = 20
 ROW_NAMES = {"family": "prefix family", "tenant": "tenant", "block": "block id"}
 
@@ -57,7 +58,7 @@ def _show_heatmap(run: RunFile, window: TimeWindow, heat: pd.DataFrame, group: i
         show_chart(figure, heat, key="hotspots_heatmap")
     else:
         by: hotspots.HeatRows = "family" if rows == "family" else "tenant"
-        owned = _named_rows(hotspots.owner_heatmap(run, window, by, MOST_ACTIVE_ROWS), rows)
+        owned = _named_rows(run, hotspots.owner_heatmap(run, window, by, MOST_ACTIVE_ROWS), rows)
         figure = hotspot_charts.owner_heatmap_figure(owned, measure, ROW_NAMES[rows])
         show_chart(figure, owned, key="hotspots_heatmap")
         if group is not None:
@@ -91,9 +92,7 @@ def _show_reuse(run: RunFile, window: TimeWindow, group: int | None) -> None:
             horizontal=True,
             key="hotspots_top_measure",
         )
-        top = with_nicknames(
-            hotspots.top_blocks(run, window, TOP_BLOCKS, measure=ranked_by), "tenant"
-        )
+        top = _block_runs(run, window, ranked_by)
         show_chart(hotspot_charts.top_blocks_figure(top, ranked_by), top, key="hotspots_top_blocks")
     with right:
         show_chart(
@@ -105,19 +104,48 @@ def _show_reuse(run: RunFile, window: TimeWindow, group: int | None) -> None:
             key="hotspots_concentration",
         )
     st.subheader(f"{hotspot_charts.TOP_TITLES[ranked_by]} blocks")
-    st.dataframe(top, hide_index=True, key="hotspots_top_table")
+    st.caption(
+        "A row per run of blocks alike: the blocks of one prefix family with the same counts "
+        "(a shared prefix's blocks are hit together), each block counted on its own."
+    )
+    st.dataframe(
+        top[["label", "blocks", "hits", "stores", "evictions", "tenant", "first_hash"]].rename(
+            columns={"label": "prefix family · positions", "first_hash": "first block hash"}
+        ),
+        hide_index=True,
+        key="hotspots_top_table",
+    )
 
 
-def _named_rows(heat: pd.DataFrame, rows: str) -> pd.DataFrame:
-    """The owner heatmap with each row named: a family by its first block and first storer,
-    a tenant by its nickname; the folded rest as "(every other prefix family)" or
-    "(every other tenant)"."""
+def _block_runs(run: RunFile, window: TimeWindow, measure: str) -> pd.DataFrame:
+    """The TOP_BLOCKS runs of blocks alike with the most `measure`, each labelled by its
+    family's name and its positions."""
+    top = with_nicknames(
+        hotspots.top_blocks(run, window, BLOCKS_FETCHED, measure=measure), "tenant"
+    )
+    runs = hotspots.block_runs(top, measure, TOP_BLOCKS)
+    names = named_families(run, runs["family"])
+    labels = []
+    for family, first, last, blocks in zip(
+        runs["family"], runs["first_position"], runs["last_position"], runs["blocks"], strict=True
+    ):
+        name = names.get(int(family), "(unknown family)") if family else "(unknown family)"
+        where = f"pos {first}" if blocks == 1 else f"{blocks} blocks, pos {first}-{last}"
+        labels.append(f"{name} · {where}")
+    return runs.assign(label=labels)
+
+
+def _named_rows(run: RunFile, heat: pd.DataFrame, rows: str) -> pd.DataFrame:
+    """The owner heatmap with each row named: a family by its name (collector/model/
+    family_names.py), a tenant by its nickname; the folded rest as "(every other prefix
+    family)" or "(every other tenant)"."""
     named = with_nicknames(heat, "owner" if rows == "family" else "row_key")
     others = f"(every other {ROW_NAMES[rows]})"
     if rows == "family":
+        names = named_families(run, named["row_key"])
         labels = [
-            family_name(int(key), owner) if isinstance(key, str) and key.isdigit() else key
-            for key, owner in zip(named["row_key"], named["owner"], strict=True)
+            names.get(int(key), key) if isinstance(key, str) and key.isdigit() else key
+            for key in named["row_key"]
         ]
     else:
         labels = named["row_key"].tolist()

@@ -10,12 +10,13 @@ import pandas as pd
 import streamlit as st
 
 from collector import token_text
+from collector.model.family_names import text_snippet
 from collector.model.nicknames import nickname, with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import prefix_tree
 from collector.queries.config import recorded_tokenizer, run_config
 from collector.store.run_file import RunFile
-from visualizer.charts.prefix_tree import COLOR_BY, node_label, prefix_tree_figure, text_snippet
+from visualizer.charts.prefix_tree import COLOR_BY, node_label, prefix_tree_figure
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls

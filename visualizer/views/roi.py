@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from collector.model import cost
+from collector.model.family_names import name_of
 from collector.model.nicknames import with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import activity, roi, tenants
@@ -18,6 +19,7 @@ from visualizer import cost_inputs
 from visualizer.charts import roi as roi_charts
 from visualizer.charts.tenants import usage_label
 from visualizer.downloads import show_chart
+from visualizer.family_labels import named_families
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
@@ -81,9 +83,7 @@ def _show_savings(run: RunFile, window: TimeWindow, model: cost.CostModel, block
         figure = roi_charts.saved_per_day_figure(priced, "label", "Per tenant and adapter")
         show_chart(figure, priced, key="roi_tenants")
     with right:
-        prefixes = _labelled(
-            with_nicknames(roi.prefix_savings(run, window, TOP_PREFIXES), "tenant")
-        )
+        prefixes = _labelled(run, roi.prefix_savings(run, window, TOP_PREFIXES))
         if prefixes.empty:
             st.info("No prefix was hit in this time range.")
             return
@@ -126,16 +126,17 @@ def _metrics(totals: dict[str, float]) -> None:
     )
 
 
-def _labelled(prefixes: pd.DataFrame) -> pd.DataFrame:
-    """Name each family by its first block, tenant and hits."""
-    roots = prefixes["root_hash"].map(hash_hex)
+def _labelled(run: RunFile, prefixes: pd.DataFrame) -> pd.DataFrame:
+    """Each family by its name (collector/model/family_names.py) and its hits; its first
+    block's hash in hex for the download."""
+    names = named_families(run, prefixes["root_hash"].tolist())
     labels = [
-        f"{root[:8]} ({tenant or '(none)'}, {hits:,} hits)"
-        for root, tenant, hits in zip(
-            roots, prefixes["tenant"].fillna("(none)"), prefixes["block_hits"], strict=True
-        )
+        f"{name_of(names, root)} ({hits:,} hits)"
+        for root, hits in zip(prefixes["root_hash"], prefixes["block_hits"], strict=True)
     ]
-    return prefixes.assign(root_hash=roots, label=labels)
+    return with_nicknames(prefixes, "tenant").assign(
+        root_hash=prefixes["root_hash"].map(hash_hex), label=labels
+    )
 
 
 if __name__ == "__main__":
