@@ -5,8 +5,6 @@ collisions and dropped events, its configuration, and the same figures over time
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
 
@@ -14,13 +12,13 @@ from collector.model.time_window import TimeWindow
 from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
-from collector.queries.config import RunRow, describe_source, run_config, run_options
+from collector.queries.config import describe_source, run_config
 from collector.queries.fleet import num_engines
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from collector.queries.summary import capture_stops, hit_ratio
 from collector.safe_text import markdown_text
 from collector.store.run_file import RunFile
-from visualizer import health_card, miss_breakdown
+from visualizer import health_card, miss_breakdown, run_settings
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -71,9 +69,7 @@ def render() -> None:
             figure = overview_charts.block_events_figure(points)
             show_chart(figure, points, key="overview_blocks")
     with right:
-        st.subheader("Run configuration")
-        rows = _config_rows(config)
-        st.dataframe(rows, hide_index=True, height=35 * (len(rows) + 1) + 3, key="overview_config")
+        run_settings.render(run, config)
 
 
 def _metrics(figures: WindowFigures, pool: FreeBlockExtremes) -> None:
@@ -163,36 +159,6 @@ def _integrity(run: RunFile, window: TimeWindow, points: pd.DataFrame) -> None:
         else f"collisions not checked (the check was off, {check['hash_algo']} hashes)"
     )
     st.success(f"Integrity: {collisions}; 0 dropped events.")
-
-
-def _config_rows(config: RunRow) -> pd.DataFrame:
-    """The runs row, one setting a row, its options (JSON) spread over a row each, down to
-    plain values (`options.step_model.step_ms`, `options.kv_groups[0].kind`)."""
-    settings: dict[str, Any] = {name: value for name, value in config.items() if name != "options"}
-    settings |= _spread("options", run_options(config))
-    return pd.DataFrame(
-        {
-            "setting": list(settings),
-            "value": ["" if value is None else str(value) for value in settings.values()],
-        }
-    )
-
-
-def _spread(name: str, value: Any) -> dict[str, Any]:
-    """A JSON value as rows of plain values, named by their path under `name`."""
-    if isinstance(value, dict):
-        return {
-            row: shown
-            for key in sorted(value)
-            for row, shown in _spread(f"{name}.{key}", value[key]).items()
-        }
-    if isinstance(value, list) and value:
-        return {
-            row: shown
-            for index, item in enumerate(value)
-            for row, shown in _spread(f"{name}[{index}]", item).items()
-        }
-    return {name: value}
 
 
 if __name__ == "__main__":
