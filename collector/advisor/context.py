@@ -7,12 +7,13 @@ at every pool size per engine: a fleet's pool sizes are per engine throughout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collector.advisor.miss_breakdown import MissBreakdown, read_breakdown
+from collector.advisor.replay_cache import ReplayCache
 from collector.advisor.scheduler_ratios import SchedulerCheck
 from collector.advisor.suggestion import NotApplicable
 from collector.model.block_stream import (
@@ -59,11 +60,13 @@ class RunContext:
         max_model_len: int | None = None,
         pcie_gb_per_s: float = PCIE_GB_PER_S,
         scheduler_checks: dict[tuple[int, ...], SchedulerCheck] | None = None,
+        note: Callable[[str], None] = lambda _: None,
     ) -> None:
         """`whatif`: a what-if sweep's results (`kvscope whatif`), if one is given.
         `scheduler_checks` keeps the run's Scheduler replays by pool sizes
         (collector/advisor/scheduler_check.py): they depend on the run alone, so contexts of
-        one run file under other assumptions may share it."""
+        one run file under other assumptions may share it. `note` is told, in a line, of
+        work that takes seconds (a replay through vLLM) before it starts."""
         self.run = run
         self.path = path
         self.spec = spec
@@ -73,6 +76,12 @@ class RunContext:
         self.pcie_gb_per_s = pcie_gb_per_s  # host <-> GPU bandwidth a CPU tier's loads take
         self._curves: dict[tuple[int, str], MissRatioCurve] = {}
         self.scheduler_checks = {} if scheduler_checks is None else scheduler_checks
+        self.note = note
+
+    @cached_property
+    def replay_cache(self) -> ReplayCache:
+        """The replays through vLLM kept for this run's content (advisor/replay_cache.py)."""
+        return ReplayCache(self.path)
 
     @cached_property
     def config(self) -> RunRow:

@@ -13,7 +13,7 @@ A run of several engines (several pools, each with its own tier) is not judged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 from collector.advisor.context import RunContext
@@ -104,8 +104,19 @@ def replay_tiers(context: RunContext) -> TierReplays:
         check_replay_size(stream, MAX_BLOCK_REFERENCES, "its tier replays take in a minute")
     except ReplayTooLarge as error:
         raise NotApplicable(str(error)) from None
-    try:
+    what = f"cpu-tier {block_size} {num_blocks} {TIER_SIZES} {TIER_POLICIES}"
+    kept = context.replay_cache.get(what)
+    if kept is not None:
         return TierReplays(
+            PolicyResult(**kept["lru"]),
+            {(size, policy): PolicyResult(**result) for size, policy, result in kept["tiers"]},
+        )
+    context.note(
+        f"replaying the run with a CPU tier at {len(TIER_SIZES) * len(TIER_POLICIES)} settings "
+        "(kept for later advice on this run)"
+    )
+    try:
+        replays = TierReplays(
             lru=replay_policy(stream, block_size, num_blocks, "lru"),
             tiers={
                 (size, policy): replay_policy(
@@ -126,6 +137,14 @@ def replay_tiers(context: RunContext) -> TierReplays:
             "it replays through vLLM's own CPU offloading manager, and this environment has "
             "no vLLM kvscope supports"
         ) from None
+    context.replay_cache.put(
+        what,
+        {
+            "lru": asdict(replays.lru),
+            "tiers": [[*key, asdict(result)] for key, result in replays.tiers.items()],
+        },
+    )
+    return replays
 
 
 def choose_tier(replays: TierReplays) -> TierChoice:

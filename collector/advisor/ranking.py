@@ -104,24 +104,34 @@ def merge_same_flag(ranked: list[Suggestion]) -> list[Suggestion]:
     return merged
 
 
-def advise(context: RunContext, rules: tuple[tuple[str, Rule], ...] = RULES) -> Advice:
-    """Run every rule on the run; a rule that cannot judge it is reported as skipped."""
+def advise(
+    context: RunContext,
+    rules: tuple[tuple[str, Rule], ...] = RULES,
+    *,
+    checked: Callable[[RuleOutcome], None] = lambda _: None,
+) -> Advice:
+    """Run every rule on the run; a rule that cannot judge it is reported as skipped.
+    `checked` is told each rule's outcome as it comes (`kvscope advise` prints them)."""
     suggestions: list[Suggestion] = []
     checks = []
     for name, rule in rules:
-        try:
-            found = rule(context)
-        except NotApplicable as reason:
-            checks.append(RuleOutcome(name, "skipped", str(reason)))
-            continue
-        except NothingToWin as found_nothing:
-            checks.append(RuleOutcome(name, "silent", str(found_nothing)))
-            continue
+        found, outcome = _check(name, rule, context)
         suggestions += found
-        if found:
-            checks.append(
-                RuleOutcome(name, "fired", "; ".join(suggestion.title for suggestion in found))
-            )
-        else:
-            checks.append(RuleOutcome(name, "silent", "nothing to suggest"))
+        checks.append(outcome)
+        checked(outcome)
     return Advice(merge_same_flag(rank(suggestions)), checks)
+
+
+def _check(name: str, rule: Rule, context: RunContext) -> tuple[list[Suggestion], RuleOutcome]:
+    """One rule's suggestions and what it concluded."""
+    try:
+        found = rule(context)
+    except NotApplicable as reason:
+        return [], RuleOutcome(name, "skipped", str(reason))
+    except NothingToWin as found_nothing:
+        return [], RuleOutcome(name, "silent", str(found_nothing))
+    if found:
+        return found, RuleOutcome(
+            name, "fired", "; ".join(suggestion.title for suggestion in found)
+        )
+    return [], RuleOutcome(name, "silent", "nothing to suggest")

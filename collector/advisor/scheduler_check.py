@@ -48,19 +48,42 @@ def scheduler_check(context: RunContext, pool_sizes: tuple[int, ...]) -> Schedul
 
 def check_pools(context: RunContext, pool_sizes: tuple[int, ...]) -> SchedulerCheck:
     """Replay the run's requests through vLLM's Scheduler at each of `pool_sizes`."""
-    skipped = reason_to_skip(context)
+    skipped = reason_to_skip(context, needs_vllm=False)
     if skipped:
         return SchedulerCheck(skipped=skipped)
-    try:
-        return SchedulerCheck(
-            {size: scheduler_ratio(context, size) for size in dict.fromkeys(pool_sizes)}
+    cache = context.replay_cache
+    kept = {size: cache.get(_replayed(context, size)) for size in dict.fromkeys(pool_sizes)}
+    if any(ratio is None for ratio in kept.values()):
+        skipped = reason_to_skip(context)  # vLLM, which replays what was not kept
+        if skipped:
+            return SchedulerCheck(skipped=skipped)
+        context.note(
+            f"replaying the run through vLLM's Scheduler at {len(kept)} pool sizes (kept for "
+            "later advice on this run)"
         )
+    try:
+        ratios = {
+            size: float(ratio) if ratio is not None else scheduler_ratio(context, size)
+            for size, ratio in kept.items()
+        }
     except (ValueError, StoreError) as error:  # a pool too small, settings vLLM refuses
         return SchedulerCheck(skipped=f"{NOT_CHECKED}: the replay failed ({error})")
+    for size, ratio in ratios.items():
+        cache.put(_replayed(context, size), ratio)
+    return SchedulerCheck(ratios)
 
 
-def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> str:
-    """Why the run's pools are not replayed through vLLM's Scheduler; "" when they are."""
+def _replayed(context: RunContext, num_blocks: int) -> str:
+    """What a Scheduler check replays at `num_blocks`, for the replay cache."""
+    return f"scheduler-check {context.num_engines} {replay_options(context, num_blocks)!r}"
+
+
+def reason_to_skip(
+    context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKENS, *, needs_vllm: bool = True
+) -> str:
+    """Why the run's pools are not replayed through vLLM's Scheduler; "" when they are.
+    `needs_vllm=False` leaves out whether vLLM is here (its import takes seconds): replays
+    kept from an earlier advice need none."""
     if context.config["max_num_seqs"] == 1:
         return "the one-pass curve is exact for this run, which ran one request at a time"
     if not context.has_token_ids:
@@ -74,6 +97,8 @@ def reason_to_skip(context: RunContext, max_prompt_tokens: int = MAX_PROMPT_TOKE
             f"the {max_prompt_tokens:,} the advisor replays (run `kvscope whatif RUN "
             "--timing scheduler` for its pool sizes)"
         )
+    if not needs_vllm:
+        return ""
     try:
         require_vllm()
     except VllmUnavailable:

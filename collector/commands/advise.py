@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from collector.advisor import RunContext, advise
+from collector.advisor import RULES, RuleOutcome, RunContext, advise
 from collector.advisor.context import PCIE_GB_PER_S
 from collector.advisor.formats import to_document, to_markdown
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
@@ -31,11 +33,16 @@ def register(commands: Any) -> None:
         help=f"host-to-GPU bandwidth a CPU tier's loads take, GB/s ({PCIE_GB_PER_S:g}: PCIe 4.0 "
         "x16 in practice)",
     )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress lines (on stderr) while the rules run"
+    )
     add_kv_options(parser)
     parser.set_defaults(handler=_run_advise)
 
 
 def _run_advise(args: argparse.Namespace) -> int:
+    progress = _Progress(quiet=args.quiet)
+    progress.note(f"advising on {args.run}: {len(RULES)} rules to check")
     whatif = read_results(args.whatif).results if args.whatif else []
     store = RunStore.open(args.run)
     try:
@@ -47,8 +54,9 @@ def _run_advise(args: argparse.Namespace) -> int:
             whatif,
             max_model_len=args.max_model_len,
             pcie_gb_per_s=args.pcie_gb_per_s,
+            note=progress.note,
         )
-        advice = advise(context)
+        advice = advise(context, checked=progress.checked)
         if args.json:
             print(json.dumps(to_document(advice, context), sort_keys=True))
         else:
@@ -56,3 +64,26 @@ def _run_advise(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+class _Progress:
+    """Lines on stderr as the advice is worked out: what starts that takes seconds, and each
+    rule's outcome with the time it took (stdout keeps the advice alone)."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self.done = 0
+        self.since = time.perf_counter()
+
+    def note(self, line: str) -> None:
+        if not self.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    def checked(self, outcome: RuleOutcome) -> None:
+        now = time.perf_counter()
+        self.done += 1
+        self.note(
+            f"  [{self.done}/{len(RULES)}] {outcome.rule}: {outcome.status} "
+            f"({now - self.since:.1f} s)"
+        )
+        self.since = now

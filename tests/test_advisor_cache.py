@@ -1,0 +1,61 @@
+"""The advisor's replays through vLLM, kept between runs of `kvscope advise`: the second run
+of the sample replays nothing and says the same, byte for byte; a run whose bytes changed is
+replayed again; a cache folder that cannot be written costs the replays, never an error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collector.advisor.replay_cache import ReplayCache
+from collector.cli import main
+from tests.support.repo import SAMPLE_RUN
+
+
+def advise(capsys: pytest.CaptureFixture[str]) -> tuple[dict, str]:
+    assert main(["advise", str(SAMPLE_RUN), "--json"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def test_a_second_advice_replays_nothing_and_says_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    cold, cold_progress = advise(capsys)
+    warm, warm_progress = advise(capsys)
+    assert warm == cold
+    # The first run replays through vLLM's Scheduler (the cache-size rule) and with a CPU
+    # tier, and says so before it starts; the second reads both back.
+    assert "replaying the run through vLLM's Scheduler at 2 pool sizes" in cold_progress
+    assert "replaying the run with a CPU tier" in cold_progress
+    assert "replaying" not in warm_progress
+    assert len(list((tmp_path / "advisor").glob("*.json"))) == 3  # 2 pool sizes, the tiers
+    # Progress: the run first, then every rule's outcome, numbered.
+    lines = warm_progress.splitlines()
+    assert lines[0] == f"advising on {SAMPLE_RUN}: 13 rules to check"
+    assert lines[1].startswith("  [1/13] cache-size: fired (")
+    assert lines[-1].startswith("  [13/13] routing: ")
+
+
+def test_a_changed_run_is_replayed_again(tmp_path: Path) -> None:
+    run = tmp_path / "run.duckdb"
+    shutil.copyfile(SAMPLE_RUN, run)
+    kept = ReplayCache(run, tmp_path / "cache")
+    kept.put("scheduler-check 1 at 1200", 0.5)
+    assert ReplayCache(run, tmp_path / "cache").get("scheduler-check 1 at 1200") == 0.5
+    assert ReplayCache(run, tmp_path / "cache").get("scheduler-check 1 at 2400") is None
+    with run.open("ab") as stream:
+        stream.write(b"\0")
+    assert ReplayCache(run, tmp_path / "cache").get("scheduler-check 1 at 1200") is None
+
+
+def test_a_cache_folder_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    cache = ReplayCache(SAMPLE_RUN, blocked / "cache")
+    cache.put("cpu-tier", {"lru": 1})
+    assert cache.get("cpu-tier") is None
