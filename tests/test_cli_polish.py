@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from collector.cli import build_parser
-from collector.commands.replay import _timed
+from collector.commands.replay import timed
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -45,7 +45,7 @@ def test_generate_says_its_defaults_make_the_sample() -> None:
 def test_the_replay_bar_starts_at_the_first_request() -> None:
     bar = tqdm(total=10, file=io.StringIO(), disable=False, desc="starting vLLM")
     bar.start_t = 0.0  # as if vLLM took since 1970 to start
-    update = _timed(bar)
+    update = timed(bar)
     update(1)
     update(2)
     # The bar was reset at the first request: its clock and count start there.

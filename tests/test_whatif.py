@@ -103,8 +103,22 @@ def test_whatif_on_a_run_replays_its_recorded_requests(tmp_path: Path) -> None:
         original = run_summary(run_file)
     options = ReplayOptions(settings=CacheSettings(4, 14), reveal_tenants=True)
     points = [SweepPoint(4, 14, 1), SweepPoint(4, 400, 1)]
-    results = run_sweep(Source(run), points, tmp_path / "sweep", options, secret=SECRET, jobs=1)
+    totals: list[int] = []
+    counted: list[int] = []
+    results = run_sweep(
+        Source(run),
+        points,
+        tmp_path / "sweep",
+        options,
+        secret=SECRET,
+        jobs=1,
+        progress=counted.append,
+        total=totals.append,
+    )
     same, larger = results
+    # The progress counts requests, every point's: each of the run's, twice.
+    assert totals == [2 * original["requests"]]
+    assert sum(counted) == totals[0]
     # The same settings give the same run: the quoted answers come back from stored blocks.
     assert same.hit_tokens == original["hit_tokens"]
     assert same.evictions == original["evictions"] > 0

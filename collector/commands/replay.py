@@ -34,7 +34,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     disable = True if args.quiet else None  # None: tqdm draws only on a terminal
     with tqdm(total=len(requests), unit="req", disable=disable, desc="starting vLLM") as bar:
         summary = replay_requests(
-            requests, args.trace, args.out, options, load_secret(), progress=_timed(bar)
+            requests, args.trace, args.out, options, load_secret(), progress=timed(bar)
         )
     print_summary(summary, args.json)
     if not args.json:
@@ -42,9 +42,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed(bar: Any) -> Any:
+def timed(bar: Any) -> Any:
     """The bar's update, which restarts its clock at the first request replayed: the rate
-    and the time left then leave out vLLM's start (seconds, with no request done)."""
+    and the time left then leave out vLLM's start (seconds, with no request done). `kvscope
+    whatif`'s bar too."""
     started = False
 
     def update(count: int) -> None:

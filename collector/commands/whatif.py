@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
 from collector.commands.number_list import number_list
+from collector.commands.replay import timed
 from collector.commands.replay_options import (
     add_format_option,
     add_layout_option,
@@ -148,7 +149,9 @@ def _run_whatif(args: argparse.Namespace) -> int:
             for router in args.routers or [defaults.router]
         ],
     )
-    with tqdm(total=len(points), unit="replay", disable=True if args.quiet else None) as bar:
+    # The bar counts requests replayed, every point's: it moves within a point.
+    bar = tqdm(unit="req", desc="starting vLLM", disable=True if args.quiet else None)
+    with bar:
         figures = run_sweep(
             source,
             points,
@@ -156,7 +159,8 @@ def _run_whatif(args: argparse.Namespace) -> int:
             base,
             secret=load_secret(),
             jobs=args.jobs,
-            progress=bar.update,
+            progress=timed(bar),
+            total=lambda requests: bar.reset(total=requests),
             ray_address=args.ray,
         )
     sweep = sweep_document(source, base, spec, figures)

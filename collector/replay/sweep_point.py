@@ -8,6 +8,7 @@ collector/replay/sweep_results.py's `PointFigures`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +47,11 @@ def replay_point(
     out_path: Path,
     source: Path,
     secret: bytes,
+    progress: Callable[[int], None] | None = None,
 ) -> PointFigures:
-    """Replay one point into `out_path`; its figures."""
+    """Replay one point into `out_path`; its figures. `progress` counts requests replayed."""
     started = time.perf_counter()
-    summary = replay_requests(requests, source, out_path, options, secret)
+    summary = replay_requests(requests, source, out_path, options, secret, progress=progress)
     return PointFigures(
         block_size=point.block_size,
         num_blocks=point.num_blocks,

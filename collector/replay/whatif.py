@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Generator, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from itertools import product
 from multiprocessing import get_context
+from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,6 +33,12 @@ from collector.replay.ray_sweep import ray_session, replay_on_ray
 from collector.replay.replayer import ReplayOptions
 from collector.replay.scheduler_replay import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from collector.replay.sweep_point import SweepPoint, replay_point
+from collector.replay.sweep_progress import (
+    REPORT_EVERY_S,
+    SweepProgress,
+    point_reporter,
+    start_reporting,
+)
 from collector.replay.sweep_results import PointFigures, SweepResult, WhatIfSweep
 from collector.replay.traces import TraceError, read_trace
 from collector.store.parquet_dataset import is_dataset
@@ -175,16 +182,23 @@ def check_points_fit(requests: list[TraceRequest], points: list[SweepPoint], sou
 _worker_requests: list[TraceRequest] = []
 
 
-def _load_requests(source: Source) -> None:
+def _start_worker(source: Source, reports: Queue[tuple[str, int]]) -> None:
     global _worker_requests  # noqa: PLW0603 - one load per worker process
     _worker_requests = source.load()
+    start_reporting(reports)
 
 
 def _replay_in_worker(
     point: SweepPoint, options: ReplayOptions, out_path: Path, source: Path, secret: bytes
 ) -> PointFigures:
     return replay_point(
-        _worker_requests, point, options, out_path=out_path, source=source, secret=secret
+        _worker_requests,
+        point,
+        options,
+        out_path=out_path,
+        source=source,
+        secret=secret,
+        progress=point_reporter(out_path.name),
     )
 
 
@@ -197,16 +211,20 @@ def run_sweep(
     secret: bytes,
     jobs: int,
     progress: Callable[[int], None] = lambda _: None,
+    total: Callable[[int], None] = lambda _: None,
     ray_address: str | None = None,
 ) -> list[PointFigures]:
     """Replay every point into `out_dir`, `jobs` at a time in local processes, or as tasks on
     the Ray cluster at `ray_address` ("": wherever `ray.init()` finds one); return each
-    point's figures, the same either way.
+    point's figures, the same either way. `total` is told the requests the sweep replays
+    (every point's), once they are read; `progress` the requests replayed since it was last
+    told, as they are (in local processes; a point at once on Ray).
 
     On any failure the run files this sweep wrote are removed again.
     """
     requests = source.load()
     check_points_fit(requests, points, source.path)
+    total(len(requests) * len(points))
     # Every point's options first: a point ReplayOptions refuses stops the sweep before any replay.
     planned = [(point, _options(base, point), out_dir / point.run_name) for point in points]
     for _, _, path in planned:
@@ -214,7 +232,9 @@ def run_sweep(
             raise StoreError(f"{path}: already exists; kvscope does not overwrite runs")
     with ExitStack() as stack:
         if ray_address is None:
-            replayed = _replay_in_processes(source, planned, secret, jobs)
+            replayed = _replay_in_processes(
+                source, planned, secret, jobs, SweepProgress(len(requests), progress)
+            )
         else:
             stack.enter_context(ray_session(ray_address))  # before anything is written
             replayed = replay_on_ray(requests, planned, source.path, secret)
@@ -223,7 +243,8 @@ def run_sweep(
         try:
             for row in replayed:
                 results.append(row)
-                progress(1)
+                if ray_address is not None:
+                    progress(len(requests))
         except BaseException:
             replayed.close()  # waits for the pool, or cancels the tasks: nothing writes after
             for _, _, path in planned:
@@ -237,20 +258,27 @@ def _replay_in_processes(
     planned: list[tuple[SweepPoint, ReplayOptions, Path]],
     secret: bytes,
     jobs: int,
+    progress: SweepProgress,
 ) -> Generator[PointFigures, None, None]:
-    # spawn: vLLM, torch and DuckDB start clean in each worker
+    context = get_context("spawn")  # vLLM, torch and DuckDB start clean in each worker
+    reports: Queue[tuple[str, int]] = context.Queue()
     with ProcessPoolExecutor(
         max_workers=max(1, min(jobs, len(planned))),
-        mp_context=get_context("spawn"),
-        initializer=_load_requests,
-        initargs=(source,),
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(source, reports),
     ) as pool:
-        futures = [
+        pending = {
             pool.submit(_replay_in_worker, point, options, path, source.path, secret)
             for point, options, path in planned
-        ]
-        for future in as_completed(futures):
-            yield future.result()
+        }
+        while pending:
+            done, pending = wait(pending, timeout=REPORT_EVERY_S, return_when=FIRST_COMPLETED)
+            progress.read(reports)
+            for future in done:
+                figures = future.result()
+                progress.ended_point(reports, figures.run)
+                yield figures
 
 
 def _options(base: ReplayOptions, point: SweepPoint) -> ReplayOptions:
