@@ -179,11 +179,16 @@ def test_comparison_charts(points: pd.DataFrame) -> None:
     figure = comparison_charts.hit_ratio_comparison_figure({"a": points, "b": fewer})
     assert [trace.name for trace in figure.data] == ["a", "b"]
     assert list(figure.data[1].y) == pytest.approx([0.0, 4 / 12, 2 / 8, 0.0])
-    first = {figure.name: 10 for figure in comparison.COMPARED_FIGURES}
-    second = first | {"evictions": 5, "hit_tokens": 5}
+    first = {figure.name: 1_000 for figure in comparison.COMPARED_FIGURES}
+    second = first | {"evictions": 500, "hit_tokens": 500, "preemptions": 1_004}
     table = comparison.compare_figures(first, second)
-    bars = comparison_charts.deltas_figure(table).data[0]
-    assert list(bars.y) == [figure.label for figure in comparison.COMPARED_FIGURES]
+    deltas = comparison_charts.deltas_figure(table)
+    bars = deltas.data[0]
+    # 4 more preemptions are within the floor: left out of the bars, named in the title.
+    assert list(bars.y) == [
+        figure.label for figure in comparison.COMPARED_FIGURES if figure.name != "preemptions"
+    ]
+    assert "too small to call, left out: Preemptions (1,000 -> 1,004)" in deltas.layout.title.text
     colours = dict(zip(bars.y, bars.marker.color, strict=True))
     assert colours["Evictions (blocks)"] == VERDICT_COLORS["better"]
     assert colours["Tokens saved"] == VERDICT_COLORS["worse"]

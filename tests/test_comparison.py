@@ -37,6 +37,7 @@ def test_compare_figures() -> None:
         "delta": 20,
         "relative_delta": 0.2,
         "verdict": "better",
+        "small": True,  # 20 tokens: within the floor of 256
     }  # fmt: skip
     assert rows["evictions"]["verdict"] == "better"  # fewer evictions
     assert rows["stores"]["verdict"] == ""  # more stores is neither better nor worse
@@ -44,6 +45,18 @@ def test_compare_figures() -> None:
     assert math.isnan(rows["collisions"]["relative_delta"])  # no relative change from zero
     assert table["figure"].tolist() == [figure.name for figure in comparison.COMPARED_FIGURES]
     assert rows["token_hit_ratio"]["unit"] == "ratio"
+
+
+def test_changes_within_a_floor_are_too_small_to_call() -> None:
+    # The case: 1 -> 4 preemptions is +300 %, and 3 preemptions.
+    table = comparison.compare_figures(FIRST | {"preemptions": 1}, FIRST | {"preemptions": 4})
+    rows = {row["figure"]: row for row in table.to_dict("records")}
+    assert (rows["preemptions"]["relative_delta"], rows["preemptions"]["small"]) == (3.0, True)
+    assert not rows["requests"]["small"]  # unchanged: nothing to call small
+    many = comparison.compare_figures(FIRST, FIRST | {"preemptions": 8})
+    assert not many.set_index("figure").loc["preemptions", "small"]  # 6 more: over the floor
+    # Any collision counts.
+    assert not comparison.compare_figures(FIRST, FIRST | {"collisions": 1})["small"].any()
 
 
 def test_block_counts_compare_in_tokens_across_block_sizes() -> None:

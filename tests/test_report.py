@@ -139,7 +139,11 @@ def test_loose_thresholds_pass_the_smaller_cache(
     skipped = [check["name"] for check in figures["checks"] if check["status"] == "skip"]
     assert skipped == ["evictions_per_request"]
     assert figures["thresholds"]["source"] == str(thresholds)
-    assert figures["thresholds"]["tokens_saved"] == {"enabled": True, "max_relative_drop": 0.5}
+    assert figures["thresholds"]["tokens_saved"] == {
+        "enabled": True,
+        "max_relative_drop": 0.5,
+        "min_drop": 256,
+    }
 
 
 def test_a_timestamp_at_the_start_of_the_system_prompt_regresses(

@@ -133,10 +133,15 @@ def test_an_emptied_pool_fails_unless_the_baseline_ran_empty_too() -> None:
     ("baseline", "candidate", "fails"),
     [
         (0, 0, False),
-        (0, 1, True),  # a preemption the baseline lacked
-        # 0.10 per request: the limit is 0.10 * 1.1 = 0.11.
-        (10, 11, False),
-        (10, 12, True),
+        # The floor: 5 preemptions the baseline lacked pass, a sixth fails.
+        (0, 5, False),
+        (0, 6, True),
+        # 0.10 per request: 0.10 * 1.1 = 0.11 relative, 0.10 + 5 / 100 = 0.15 with the floor.
+        (10, 15, False),
+        (10, 16, True),
+        # Many: the relative limit is the more lenient, 1.00 * 1.1 = 1.10 per request.
+        (100, 110, False),
+        (100, 111, True),
     ],
 )
 def test_preemptions_per_request(baseline: int, candidate: int, fails: bool) -> None:
@@ -265,3 +270,32 @@ def test_markdown_and_junit_name_the_same_regressions() -> None:
         "prompt tokens served from the cache: candidate 6,000, baseline 10,000, "
         "limit ≥ 9,500 (fail)"
     )
+
+
+def test_small_counts_do_not_fail_a_build_by_default() -> None:
+    # The case: 1 -> 4 preemptions in 500 requests is +300 %, and 3 preemptions.
+    verdicts = statuses(
+        run_figures(requests=500, preemptions=1), run_figures(requests=500, preemptions=4)
+    )
+    assert verdicts["preemptions_per_request"] == "pass"
+    # Evictions in 10 requests: 1 block per request relative (10), 20 in all as the floor.
+    few = {"requests": 10, "evictions": 0}
+    assert statuses(run_figures(**few), run_figures(**few | {"evictions": 20})) == {
+        name: "pass" for name in statuses(run_figures(**few), run_figures(**few))
+    }
+    failed = statuses(run_figures(**few), run_figures(**few | {"evictions": 21}))
+    assert [name for name, status in failed.items() if status == "fail"] == [
+        "evictions_per_request"
+    ]
+    # Tokens saved: 5 % of 2,000 is 100 tokens, under the 256-token floor.
+    small = run_figures(hit_tokens=2_000)
+    assert statuses(small, run_figures(hit_tokens=1_744))["tokens_saved"] == "pass"
+    assert statuses(small, run_figures(hit_tokens=1_743))["tokens_saved"] == "fail"
+    # Turning a floor off restores the relative limit alone.
+    strict = dataclasses.replace(Thresholds().preemptions_per_request, min_count_increase=0)
+    verdicts = statuses(
+        run_figures(requests=500, preemptions=1),
+        run_figures(requests=500, preemptions=4),
+        preemptions_per_request=strict,
+    )
+    assert verdicts["preemptions_per_request"] == "fail"

@@ -115,8 +115,20 @@ def tenant_hit_ratio_figure(tenants: Mapping[str, list[TenantHitRatio]]) -> go.F
 
 
 def deltas_figure(comparison: pd.DataFrame) -> go.Figure:
-    """Each figure's relative change from the first run to the second, coloured by verdict."""
-    rows = comparison[comparison["relative_delta"].notna()]
+    """Each figure's relative change from the first run to the second, coloured by verdict;
+    changes within their figure's floor (`small`: 1 -> 4 preemptions) are left out of the
+    bars and named in the title, so they do not dwarf the changes that matter."""
+    changed = comparison[comparison["relative_delta"].notna()]
+    rows = changed[~changed["small"]]
+    small = changed[changed["small"]]
+    title = "Change, second run vs first"
+    if not small.empty:
+        named = [
+            f"{row['label']} ({_shown(row['first'], row['unit'])} -> "
+            f"{_shown(row['second'], row['unit'])})"
+            for row in small.to_dict("records")
+        ]
+        title += f"<br><sup>too small to call, left out: {', '.join(named)}</sup>"
     figure = go.Figure(
         go.Bar(
             x=rows["relative_delta"],
@@ -133,10 +145,15 @@ def deltas_figure(comparison: pd.DataFrame) -> go.Figure:
     figure.add_vline(x=0, line={"color": COLORS["alarm"]})
     return styled(
         figure,
-        title="Change, second run vs first",
+        title=title,
         xaxis={"title": "relative change", "tickformat": "+.0%"},
         yaxis={"autorange": "reversed", "type": "category"},
         height=max(320, 30 * len(rows) + 120),
         hovermode="closest",
         margin={"l": 150, "r": 20, "t": 60, "b": 40},
     )
+
+
+def _shown(value: float, unit: str) -> str:
+    """A figure's value as the title shows it: a ratio as a percentage, a count with commas."""
+    return f"{value:.1%}" if unit == "ratio" else f"{value:,.0f}"

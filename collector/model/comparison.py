@@ -11,24 +11,28 @@ import pandas as pd
 
 class ComparedFigure(NamedTuple):
     """A figure both runs have: its name in the figures, its label, whether more is better
-    (None: neither), and its unit ("ratio" or "count")."""
+    (None: neither), its unit ("ratio" or "count"), and its floor: a change no bigger than
+    this (in the figure's own units) is too small to call, however large relatively (1 -> 4
+    preemptions is +300 %)."""
 
     name: str
     label: str
     more_is_better: bool | None
     unit: str = "count"
+    floor: float = 0
 
 
 COMPARED_FIGURES = (
-    ComparedFigure("token_hit_ratio", "Hit ratio (tokens)", True, "ratio"),
-    ComparedFigure("block_hit_ratio", "Hit ratio (blocks)", True, "ratio"),
-    ComparedFigure("hit_tokens", "Tokens saved", True),
-    ComparedFigure("requests", "Requests", None),
-    ComparedFigure("prompt_tokens", "Prompt tokens", None),
-    ComparedFigure("block_hits", "Block hits", True),
-    ComparedFigure("stores", "Blocks stored", None),
-    ComparedFigure("evictions", "Evictions (blocks)", False),
-    ComparedFigure("preemptions", "Preemptions", False),
+    ComparedFigure("token_hit_ratio", "Hit ratio (tokens)", True, "ratio", 0.005),
+    ComparedFigure("block_hit_ratio", "Hit ratio (blocks)", True, "ratio", 0.005),
+    ComparedFigure("hit_tokens", "Tokens saved", True, floor=256),
+    ComparedFigure("requests", "Requests", None, floor=5),
+    ComparedFigure("prompt_tokens", "Prompt tokens", None, floor=256),
+    ComparedFigure("block_hits", "Block hits", True, floor=16),
+    ComparedFigure("stores", "Blocks stored", None, floor=20),
+    ComparedFigure("evictions", "Evictions (blocks)", False, floor=20),
+    ComparedFigure("preemptions", "Preemptions", False, floor=5),
+    # Any collision is a wrong reuse, any dropped event a short figure: no floor.
     ComparedFigure("collisions", "Collisions", False),
     ComparedFigure("dropped_events", "Dropped events", False),
 )
@@ -61,18 +65,20 @@ def compare_figures(
     second: Mapping[str, Any],
     block_sizes: tuple[int, int] | None = None,
 ) -> pd.DataFrame:
-    """Per figure: its unit, both values, second - first, the relative change, and the verdict for
-    the second run ("better", "worse", "same", or "" where neither direction is better). Runs
+    """Per figure: its unit, both values, second - first, the relative change, the verdict for
+    the second run ("better", "worse", "same", or "" where neither direction is better), and
+    whether the change is within the figure's floor (`small`: too small to call). Runs
     of different `block_sizes` (first's, second's) compare block counts in tokens: evictions
     per request would halve at twice the block size with nothing else changed."""
     rows = []
     sizes = block_sizes if block_sizes and block_sizes[0] != block_sizes[1] else None
-    for name, blocks_label, more_is_better, unit in COMPARED_FIGURES:
+    for name, blocks_label, more_is_better, unit, figure_floor in COMPARED_FIGURES:
         a, b = first[name], second[name]
-        label = blocks_label
+        label, floor = blocks_label, figure_floor
         if sizes and name in BLOCK_COUNTS:
             label = BLOCK_COUNTS[name]
             a, b = a * sizes[0], b * sizes[1]
+            floor *= sizes[0]
         delta = b - a
         if delta == 0:
             verdict = "same"
@@ -90,6 +96,7 @@ def compare_figures(
                 "delta": delta,
                 "relative_delta": delta / a if a else None,
                 "verdict": verdict,
+                "small": delta != 0 and abs(delta) <= floor,
             }
         )
     return pd.DataFrame(rows)

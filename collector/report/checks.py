@@ -70,6 +70,7 @@ def run_checks(baseline: RunFigures, candidate: RunFigures, thresholds: Threshol
             baseline.preemptions_per_request,
             candidate.preemptions_per_request,
             thresholds.preemptions_per_request,
+            requests=int(candidate.summary["requests"]),
         ),
         # Any collision is a wrong reuse (another prompt's KV served): always a failure.
         _summary_count_check("collisions", "hash collisions", baseline, candidate, most=0),
@@ -136,7 +137,7 @@ def _tokens_saved_check(
         "count",
         baseline=saved,
         candidate=candidate.summary["hit_tokens"],
-        limit=saved * (1 - limit.max_relative_drop),
+        limit=min(saved * (1 - limit.max_relative_drop), saved - limit.min_drop),
         bound="min",
         enabled=limit.enabled,
     )
@@ -153,6 +154,7 @@ def _evictions_check(baseline: RunFigures, candidate: RunFigures, thresholds: Th
             baseline.evictions_per_request,
             candidate.evictions_per_request,
             thresholds.evictions_per_request,
+            requests=int(candidate.summary["requests"]),
         )
     return _per_request_check(
         "evictions_per_request",
@@ -160,6 +162,7 @@ def _evictions_check(baseline: RunFigures, candidate: RunFigures, thresholds: Th
         baseline.evictions_per_request * block_sizes[0],
         candidate.evictions_per_request * block_sizes[1],
         thresholds.evictions_per_request,
+        requests=int(candidate.summary["requests"]),
         unit_scale=block_sizes[0],
     )
 
@@ -171,17 +174,21 @@ def _per_request_check(
     candidate: float,
     limit: PerRequestLimit,
     *,
+    requests: int,
     unit_scale: float = 1,
 ) -> Check:
-    """`limit.max_increase` is in the figure's own units, times `unit_scale` (tokens per
-    block, for a count of blocks compared in tokens)."""
+    """`limit.max_increase` and `limit.min_count_increase` (over the candidate's `requests`)
+    are in the figure's own units, times `unit_scale` (tokens per block, for a count of blocks
+    compared in tokens). The limit is the more lenient of the relative one and the floor."""
+    relative = baseline * (1 + limit.max_relative_increase) + limit.max_increase * unit_scale
+    floor = baseline + limit.min_count_increase * unit_scale / max(requests, 1)
     return _judge(
         name,
         title,
         "per_request",
         baseline=baseline,
         candidate=candidate,
-        limit=baseline * (1 + limit.max_relative_increase) + limit.max_increase * unit_scale,
+        limit=max(relative, floor),
         bound="max",
         enabled=limit.enabled,
     )

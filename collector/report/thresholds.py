@@ -29,20 +29,25 @@ class RatioLimit:
 
 @dataclass(frozen=True)
 class TokensSavedLimit:
-    """Prompt tokens served from the cache may fall by at most `max_relative_drop`."""
+    """Prompt tokens served from the cache may fall by at most `max_relative_drop`, or by
+    `min_drop` tokens when that is more (a floor for small runs)."""
 
     enabled: bool = True
     max_relative_drop: float = 0.05
+    min_drop: int = 256
 
 
 @dataclass(frozen=True)
 class PerRequestLimit:
     """A count per request (evictions, preemptions) may rise by `max_relative_increase` plus
-    `max_increase`."""
+    `max_increase`, or by `min_count_increase` in all (over what the baseline's rate gives
+    for the candidate's requests) when that is more: a floor for small counts, so that 1 -> 4
+    preemptions in 500 requests is not a regression."""
 
     enabled: bool = True
     max_relative_increase: float = 0.10
     max_increase: float = 1.0
+    min_count_increase: int = 20
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,10 @@ class Thresholds:
     evictions_per_request: PerRequestLimit = field(default_factory=PerRequestLimit)
     eviction_regret: RegretLimit = field(default_factory=RegretLimit)
     min_free_blocks: FreeBlocksLimit = field(default_factory=FreeBlocksLimit)
-    # No increase on top: a candidate that preempts fails when the baseline never did.
+    # No increase per request on top; a floor of 5 preemptions in all: a candidate that
+    # preempts 6 times fails when the baseline never did, one that preempts 4 times passes.
     preemptions_per_request: PerRequestLimit = field(
-        default_factory=lambda: PerRequestLimit(max_increase=0.0)
+        default_factory=lambda: PerRequestLimit(max_increase=0.0, min_count_increase=5)
     )
     dropped_events: DroppedEventsLimit = field(default_factory=DroppedEventsLimit)
     tenant_hit_ratio: TenantLimit = field(default_factory=TenantLimit)
