@@ -13,6 +13,7 @@ from collector.health.line import HealthLine
 from collector.health.scorecard import scorecard
 from collector.health.thresholds import ENVIRONMENT, HealthThresholdsError, load_thresholds
 from collector.safe_text import markdown_text
+from collector.store.run_file import live_copy_path
 from visualizer.pages import PAGES
 from visualizer.run_source import open_run
 
@@ -27,21 +28,25 @@ PAGE_FILES = {Path(page.file).stem: page for page in PAGES}
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _lines(path: str, version: int, thresholds: str) -> list[HealthLine]:
+def _lines(path: str, versions: tuple[int, int], thresholds: str) -> list[HealthLine]:
     """The scorecard of one version of a run under one thresholds file (cached: a page
     switch back to the Overview reads nothing again)."""
-    del version  # part of the cache key: a rewritten run is judged afresh
+    del versions  # part of the cache key: a rewritten run (or live copy) is judged afresh
     return scorecard(
         open_run(Path(path)), load_thresholds(Path(thresholds) if thresholds else None)
     )
 
 
+def _modified(path: Path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
 def render(path: Path) -> None:
     """The scorecard of the run at `path`, over the whole run."""
     thresholds = os.environ.get(ENVIRONMENT, "")
-    version = path.stat().st_mtime_ns if path.exists() else 0
+    versions = (_modified(path), _modified(live_copy_path(path)))
     try:
-        lines = _lines(str(path), version, thresholds)
+        lines = _lines(str(path), versions, thresholds)
     except HealthThresholdsError as error:
         st.error(f"Health scorecard not shown: {error}")
         return
