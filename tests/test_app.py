@@ -357,10 +357,10 @@ def test_roi_inputs_change_every_estimate() -> None:
     cut = (cached_ms - uncached_ms) / uncached_ms
     assert cached.delta == f"{cached_ms - uncached_ms:,.1f} ms ({cut:+.0%})"
     assert after["GPU-hours saved per day"] == f"{saved_s * day / 3600:,.3g}"
-    assert after["Saved per day"] == f"${saved_s * day / 3600 * 5.0:,.2f}"
-    assert before["Saved per day"] == f"${saved_s * day / 3600 * 2.5:,.2f}"
+    assert after["Saved per day (USD)"] == f"${saved_s * day / 3600 * 5.0:,.2f} a day"
+    assert before["Saved per day (USD)"] == f"${saved_s * day / 3600 * 2.5:,.2f} a day"
     assert after["GPU-seconds saved"] == before["GPU-seconds saved"] == f"{saved_s:,.1f}"
-    assert "$5/GPU-hour" in captions(app)
+    assert "$5.00 (USD) per GPU-hour" in captions(app)
     assert f"{requests:,} requests in {window.duration_s:,.1f} s" in captions(app)
     # The assumptions are stated once, and the prefix chart says how many families it shows.
     assert sum("Assumed:" in caption.value for caption in app.caption) == 1
@@ -377,7 +377,7 @@ def test_roi_inputs_change_every_estimate() -> None:
     assert float(metrics(app)["GPU-seconds saved"]) > float(before["GPU-seconds saved"])
     # Other pages price with the same assumptions.
     tenants = go_to(app, "views/tenants.py")
-    assert "40 layers" in captions(tenants) and "$5/GPU-hour" in captions(tenants)
+    assert "40 layers" in captions(tenants) and "$5.00 (USD) per GPU-hour" in captions(tenants)
     # And coming back, the inputs are as they were left.
     app = go_to(tenants, "views/roi.py")
     assert app.number_input(key="roi_num_layers").value == 40

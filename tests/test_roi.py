@@ -134,7 +134,7 @@ def test_roi_figures_and_over_time() -> None:
     assert series["width_s"].tolist() == [1.0, 1.0]  # for the chart's "per 1 s" axis
     assert MODEL.compute_assumptions() == (
         "Llama-3.1-8B: 8.03 B parameters, 32 layers x 32 heads x 128; H100 SXM at 989 "
-        "TFLOP/s peak, 40% MFU, $2.5/GPU-hour"
+        "TFLOP/s peak, 40% MFU, $2.50 (USD) per GPU-hour"
     )
     assert MODEL.memory_assumptions(16) == (
         "2 MiB per block = 2 x 32 layers x 8 KV heads x 128 x 2 bytes x 16 tokens"

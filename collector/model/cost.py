@@ -104,7 +104,7 @@ class CostModel:
             f"{self.model_name}: {self.parameters_billion:g} B parameters, {self.num_layers} "
             f"layers x {self.num_attention_heads} heads x {self.head_size}; {self.gpu_name} "
             f"at {self.gpu_peak_tflops:g} TFLOP/s peak, {self.mfu:.0%} MFU, "
-            f"${self.dollars_per_gpu_hour:g}/GPU-hour"
+            f"${self.dollars_per_gpu_hour:,.2f} (USD) per GPU-hour"
         )
 
     def memory_assumptions(self, block_size: int) -> str:

@@ -42,7 +42,7 @@ def saved_per_day_figure(priced: pd.DataFrame, label_column: str, title: str) ->
             y=labels,
             x=priced["dollars_per_day"],
             orientation="h",
-            name="$ saved per day",
+            name="USD saved per day",
             marker_color=COLORS["tokens"],
             customdata=priced[["gpu_hours_per_day", "gb_hours_held"]].to_numpy(),
             hovertemplate="%{y}: $%{x:,.2f} a day (%{customdata[0]:.3g} GPU-h a day); "
@@ -52,7 +52,7 @@ def saved_per_day_figure(priced: pd.DataFrame, label_column: str, title: str) ->
     return styled(
         figure,
         title=title,
-        xaxis_title="$ saved per day at this window's rate",
+        xaxis_title="USD saved per day at this window's rate",
         yaxis={"type": "category", "autorange": "reversed", "automargin": True},
         height=max(360, 32 * len(priced) + 160),
         hovermode="closest",

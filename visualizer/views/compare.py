@@ -18,6 +18,7 @@ from collector.queries.timeline import time_grid
 from collector.store.run_file import StoreError
 from visualizer import session
 from visualizer.downloads import show_chart
+from visualizer.glossary import metric_help
 from visualizer.run_source import current_run, open_run, runs_in_folder
 from visualizer.sidebar import controls
 from visualizer.sidebar.run_picker import FOLDER_KEY
@@ -108,6 +109,7 @@ def _metrics(table: pd.DataFrame, first_name: str, second_name: str) -> None:
             _number(row["unit"], row["second"]),
             _number(row["unit"], row["delta"], signed=True),
             delta_color=_delta_color(row),
+            help=metric_help(str(row["label"])),
         )
 
 

@@ -109,7 +109,7 @@ def _metrics(totals: dict[str, float]) -> None:
             "Prefill per request, uncached": f"{uncached:,.1f} ms",
             "With the prefix cache": f"{cached:,.1f} ms",
             "GPU-hours saved per day": f"{totals['gpu_hours_per_day']:,.3g}",
-            "Saved per day": f"${totals['dollars_per_day']:,.2f}",
+            "Saved per day (USD)": f"${totals['dollars_per_day']:,.2f} a day",
             "GPU-seconds saved": f"{totals['gpu_seconds_saved']:,.1f}",
         },
         {
@@ -119,7 +119,7 @@ def _metrics(totals: dict[str, float]) -> None:
             "their hits covered.",
             "GPU-hours saved per day": "GPU time the hits saved, at the window's request rate "
             "for 24 hours.",
-            "Saved per day": "Those GPU-hours at the assumed $ per GPU-hour.",
+            "Saved per day (USD)": "Those GPU-hours at the assumed $ per GPU-hour.",
             "GPU-seconds saved": "GPU time the hits saved in this window.",
         },
         falls={"With the prefix cache": cut} if cut else None,

@@ -56,7 +56,7 @@ def _usage_table(usage: pd.DataFrame) -> pd.DataFrame:
             "hit ratio": usage["hit_ratio"].map("{:.1%}".format),
             "tokens saved": usage["hit_tokens"],
             "GPU-seconds saved": usage["gpu_seconds_saved"].round(2),
-            "$ saved": usage["dollars_saved"].round(4),
+            "USD saved in this window": usage["dollars_saved"].round(4),
             "salted requests": usage["salted_requests"],
             "blocks stored": usage["blocks_stored"],
             "blocks held (mean)": usage["mean_blocks_held"].round(1),
