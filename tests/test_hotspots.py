@@ -227,3 +227,18 @@ def test_block_runs_fold_a_shared_prefixs_blocks_into_one_bar() -> None:
         alike = top[(top["family"] == run["family"]) & (top["hits"] == run["hits"])]
         alike = alike[(alike["stores"] == run["stores"]) & (alike["evictions"] == run["evictions"])]
         assert len(alike) == run["blocks"]
+
+
+def test_the_hotspots_page_draws_a_bar_per_run_of_blocks_alike() -> None:
+    app = go_to(start(), "views/hotspots.py")
+    (bars,) = [
+        json.loads(chart.proto.spec)["data"][0]
+        for chart in app.get("plotly_chart")
+        if "cached blocks" in json.loads(chart.proto.spec)["layout"]["title"]["text"]
+    ]
+    labels = list(bars["y"])
+    assert len(labels) == len(set(labels)) == 20  # one category per bar: none drawn twice
+    # The sample's most-hit blocks are Initech's system prompt, 147 hits each: one bar.
+    assert labels[0].startswith("“You are Initech's internal help desk assist…” · ")
+    assert " blocks, pos 0-" in labels[0]
+    assert any("(branch 2)" in label for label in labels)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 import streamlit as st
 
@@ -132,7 +134,19 @@ def _block_runs(run: RunFile, window: TimeWindow, measure: str) -> pd.DataFrame:
         name = names.get(int(family), "(unknown family)") if family else "(unknown family)"
         where = f"pos {first}" if blocks == 1 else f"{blocks} blocks, pos {first}-{last}"
         labels.append(f"{name} · {where}")
-    return runs.assign(label=labels)
+    return runs.assign(label=branches_apart(labels))
+
+
+def branches_apart(labels: list[str]) -> list[str]:
+    """Labels made unique: blocks at one position of one family are branches of its prefix
+    (different text after a shared start), numbered "branch 2", "branch 3", ... after the
+    first (a chart's category axis would draw same-named bars as one)."""
+    seen: Counter[str] = Counter()
+    unique = []
+    for label in labels:
+        seen[label] += 1
+        unique.append(label if seen[label] == 1 else f"{label} (branch {seen[label]})")
+    return unique
 
 
 def _named_rows(run: RunFile, heat: pd.DataFrame, rows: str) -> pd.DataFrame:
