@@ -22,13 +22,16 @@ def attach_hooks(
     ).attach()
 
 
-def bench_transport(buffer: EventBuffer, endpoint: str, settings: Any, **options: Any) -> Transport:
+def bench_transport(
+    buffer: EventBuffer, endpoint: str, settings: Any, engine_id: str = "bench", **options: Any
+) -> Transport:
     """A transport for `buffer`'s records, naming the cache `settings` (a `CacheSettings`) to
-    the collector as an engine would; `options` go to `Transport` (its interval, ...)."""
+    the collector as an engine would (as `engine_id`: one per transport into one collector);
+    `options` go to `Transport` (its interval, ...)."""
     run_config = {
         "block_size": settings.block_size,
         "num_blocks": settings.num_blocks,
         "hash_algo": settings.hash_algo,
         "vllm_version": "bench",
     }
-    return Transport(buffer, endpoint, engine_id="bench", config=run_config, **options)
+    return Transport(buffer, endpoint, engine_id=engine_id, config=run_config, **options)
