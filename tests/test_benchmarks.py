@@ -30,3 +30,31 @@ def test_a_benchmark_prints_its_usage(script: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: "), done.stdout
+
+
+@pytest.mark.slow
+def test_page_timing_times_a_page_in_chromium() -> None:
+    """benchmarks/page_timing.py on one page of the sample run: it drives a real headless
+    Chromium, so the row shows both views drawn (the figures themselves are not judged)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "page_timing.py"),
+            "--runs",
+            str(REPO / "sample_data" / "run.duckdb"),
+            "--pages",
+            "overview,requests",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [
+        line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| run.duckdb")
+    ]
+    assert [row[1] for row in rows] == ["Overview", "Requests"], done.stdout
+    for row in rows:
+        cold, warm, verdict = float(row[2]), float(row[3]), row[5]
+        assert cold > 0 and warm > 0 and verdict in {"PASS", "MISS"}, row
