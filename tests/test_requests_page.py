@@ -177,7 +177,9 @@ def test_the_overview_leads_with_the_verdict_and_the_waterfall(sample: RunFile) 
     app = start()
     totals = cause_totals(sample)
     hit = float(totals.loc[totals["cause"] == "hit", "share"].iloc[0])
-    verdict = app.subheader[0].value
+    # The health scorecard comes first (tests/test_health.py), then the miss breakdown.
+    assert [header.value for header in app.subheader[:1]] == ["Health"]
+    verdict = app.subheader[1].value
     assert verdict.startswith(f"{hit:.1%} of prompt tokens were served from the cache")
     assert "the biggest loss is diverged from a cached prefix" in verdict
     waterfall, families = (json.loads(chart.proto.spec) for chart in app.get("plotly_chart")[:2])
