@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ from collector.cli import main
 from tests.support.repo import SAMPLE_RUN
 
 
-def advise(capsys: pytest.CaptureFixture[str]) -> tuple[dict, str]:
+def advise(capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
     assert main(["advise", str(SAMPLE_RUN), "--json"]) == 0
     captured = capsys.readouterr()
     return json.loads(captured.out), captured.err
@@ -59,3 +61,20 @@ def test_a_cache_folder_that_cannot_be_written_is_no_error(tmp_path: Path) -> No
     cache = ReplayCache(SAMPLE_RUN, blocked / "cache")
     cache.put("cpu-tier", {"lru": 1})
     assert cache.get("cpu-tier") is None
+
+
+class _HiddenVllm:
+    """A meta-path finder that hides vLLM, as an environment without it."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.split(".", maxsplit=1)[0] == "vllm":
+            raise ImportError(f"No module named {name!r} (hidden by the test)")
+
+
+def test_without_vllm_nothing_is_kept_or_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ReplayCache(SAMPLE_RUN, tmp_path).put("cpu-tier", {"lru": 1})
+    monkeypatch.setattr(sys, "meta_path", [_HiddenVllm(), *sys.meta_path])
+    # The rules then say they need vLLM, rather than quote replays it cannot run here.
+    assert ReplayCache(SAMPLE_RUN, tmp_path).get("cpu-tier") is None

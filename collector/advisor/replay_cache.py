@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,14 @@ def code_digest() -> str:
 
 
 def vllm_version() -> str | None:
-    """The installed vLLM's version if kvscope supports it, read without importing vLLM."""
+    """The installed vLLM's version if kvscope supports it and Python can find it to import,
+    read without importing vLLM."""
     try:
         installed = version("vllm")
-    except PackageNotFoundError:
+        importable = find_spec("vllm") is not None
+    except (PackageNotFoundError, ImportError, ValueError):
         return None
-    return installed if is_supported(installed) else None
+    return installed if importable and is_supported(installed) else None
 
 
 class ReplayCache:
