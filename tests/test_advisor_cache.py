@@ -76,5 +76,6 @@ def test_without_vllm_nothing_is_kept_or_read(
 ) -> None:
     ReplayCache(SAMPLE_RUN, tmp_path).put("cpu-tier", {"lru": 1})
     monkeypatch.setattr(sys, "meta_path", [_HiddenVllm(), *sys.meta_path])
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)  # as if never imported here
     # The rules then say they need vLLM, rather than quote replays it cannot run here.
     assert ReplayCache(SAMPLE_RUN, tmp_path).get("cpu-tier") is None
