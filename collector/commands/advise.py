@@ -42,10 +42,10 @@ def register(commands: Any) -> None:
 
 def _run_advise(args: argparse.Namespace) -> int:
     progress = _Progress(quiet=args.quiet)
-    progress.note(f"advising on {args.run}: {len(RULES)} rules to check")
     whatif = read_results(args.whatif).results if args.whatif else []
-    store = RunStore.open(args.run)
+    store = RunStore.open(args.run)  # a damaged run is refused in one line, before any progress
     try:
+        progress.note(f"advising on {args.run}: {len(RULES)} rules to check")
         context = RunContext(
             store,
             args.run,
