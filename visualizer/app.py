@@ -9,15 +9,14 @@ from __future__ import annotations
 import streamlit as st
 
 from collector.store.run_file import ReadError, StoreError
-from visualizer.pages import PAGES, VIEWS
+from visualizer.page_selection import navigation as pages_for_the_run
 from visualizer.run_source import current_run
 from visualizer.sidebar import live_refresh
 
 
 def main() -> None:
     st.set_page_config(page_title="kvscope", layout="wide")
-    pages = [st.Page(VIEWS / page.file, title=page.title, default=page.default) for page in PAGES]
-    navigation = st.navigation(pages)
+    navigation = st.navigation(pages_for_the_run())
     with st.sidebar:
         live_refresh.follow(current_run())
     try:

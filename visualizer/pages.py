@@ -14,11 +14,14 @@ VIEWS = Path(__file__).parent / "views"
 
 @dataclass(frozen=True)
 class Page:
-    """A page: its file in `visualizer/views/`, its title, whether the app opens on it."""
+    """A page: its file in `visualizer/views/`, its title, whether the app opens on it, and
+    the optional feature of a run it shows, if any (collector/queries/features.py): a run
+    without it leaves the page out of the navigation (visualizer/page_selection.py)."""
 
     file: str
     title: str
     default: bool = False
+    needs: str = ""
 
     @property
     def path(self) -> str:
@@ -38,12 +41,12 @@ PAGES = (
     Page("prefix_tree.py", "Prefix tree"),
     Page("roi.py", "ROI"),
     Page("free_blocks.py", "Free blocks"),
-    Page("kv_groups.py", "KV cache groups"),
-    Page("collisions.py", "Collisions"),
+    Page("kv_groups.py", "KV cache groups", needs="hybrid"),
+    Page("collisions.py", "Collisions", needs="collisions_checked"),
     Page("tenants.py", "Tenants & adapters"),
-    Page("fleet.py", "Fleet"),
+    Page("fleet.py", "Fleet", needs="engines"),
     Page("advisor.py", "Advisor"),
     Page("policies.py", "Cache policies"),
     Page("compare.py", "Compare runs"),
-    Page("vllm_kv_events.py", "vLLM KV events"),
+    Page("vllm_kv_events.py", "vLLM KV events", needs="vllm_kv_events"),
 )

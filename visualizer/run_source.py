@@ -57,6 +57,12 @@ def _version(path: Path) -> int:
     return path.stat().st_mtime_ns if path.exists() else 0
 
 
+def run_versions(path: Path) -> tuple[int, int]:
+    """The run file's and its live copy's modification times: a cache key that changes when
+    either is written."""
+    return (_version(path), _version(live_copy_path(path)))
+
+
 def not_written_yet(path: Path) -> bool:
     """Neither the run file nor its live copy exists: a collector waiting for its first
     batch creates the file when that arrives."""
@@ -71,8 +77,7 @@ def open_run(path: Path) -> RunFile:
 def _open(path: Path) -> tuple[RunFile, bool]:
     """The run (opened once per version of the file and of its live copy, read through a
     cursor of this page run's own), and whether it is the live copy."""
-    versions = (_version(path), _version(live_copy_path(path)))
-    run, live = _opened(str(path), versions)
+    run, live = _opened(str(path), run_versions(path))
     return run.cursor(), live
 
 

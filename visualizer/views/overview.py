@@ -18,7 +18,7 @@ from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_bl
 from collector.queries.summary import capture_stops, hit_ratio
 from collector.safe_text import markdown_text
 from collector.store.run_file import RunFile
-from visualizer import health_card, miss_breakdown, run_settings
+from visualizer import health_card, miss_breakdown, page_selection, run_settings
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -43,6 +43,9 @@ def render() -> None:
         f"{markdown_text(config['hash_algo'])}, vLLM {markdown_text(config['vllm_version'])}. "
         f"Showing {window_caption(window, run)}."
     )
+    left_out = page_selection.note(page_selection.current_features())
+    if left_out:
+        st.caption(left_out)
     stopped = capture_stops(run)
     if stopped:
         st.warning(
