@@ -9,6 +9,7 @@ runs, not when the parser is built.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -70,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceError, StoreError, ValueError, Unavailable) as error:
         print(f"kvscope: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader went away (`| head`): stop without a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ReadError as error:  # a run file damaged where opening it could not tell
         reason = str(error).splitlines()[0]
         print(f"kvscope: error: a run file cannot be read: {reason}", file=sys.stderr)

@@ -57,6 +57,12 @@ def test_the_json_totals_are_the_runs_and_add_up_to_its_prompt_tokens(
     assert sum(cause["share"] for cause in document["causes"]) == pytest.approx(1.0)
     assert document["lookups"] == 501
     assert document["unexplained"] == []  # the sample recorded token ids
+    # The dynamic field the advisor names behind part of the diverged tokens: the report
+    # requests' prompts differ at tokens 20-28 (a report id), which cost them 34,224 tokens.
+    assert document["dynamic_fields"] == [
+        {"label": "report-*", "requests": 60, "start": 20, "end": 28, "diverged_tokens": 34_224}
+    ]
+    assert totals["diverged"] >= 34_224
     families = document["families"]
     assert len(families) == 5
     assert [family["missed_tokens"] for family in families] == sorted(
@@ -86,6 +92,11 @@ def test_the_text_leads_with_the_hit_and_lists_each_cause_as_the_run_counts_it(
         "prefix, 26.9 % (133,552 tokens)"
     )
     table = lines[3 : lines.index("", 3)]
+    fields = lines.index("", 3) + 1
+    assert lines[fields].startswith("diverged at a dynamic field (`kvscope advise`")
+    assert lines[fields + 1].strip() == (
+        "34,224 tokens of the report-* requests (60): their prompts differ at tokens 20-28"
+    )
     assert table[0].split() == ["cause", "tokens", "share", "lookups"]
     rows = table[1:-1]
     assert [row.split("  ")[0] for row in rows] == [

@@ -48,11 +48,29 @@ def breakdown_lines(document: dict[str, Any]) -> list[str]:
     )
     lines += [
         "",
+        *_field_lines(document["dynamic_fields"]),
         *_unexplained_lines(document["unexplained"]),
         "",
         *_family_lines(document["families"]),
     ]
     return lines
+
+
+def _field_lines(fields: list[dict[str, Any]]) -> list[str]:
+    """The dynamic fields behind diverged tokens, as the advisor's dynamic-field rule names
+    them (none: no lines)."""
+    if not fields:
+        return []
+    lines = [
+        "diverged at a dynamic field (`kvscope advise`, rule dynamic-field, says what to move):"
+    ]
+    for field in fields:
+        lines.append(
+            f"  {field['diverged_tokens']:,} tokens of the {shown(field['label'])} requests "
+            f"({field['requests']:,}): their prompts differ at tokens {field['start']:,}-"
+            f"{field['end']:,}"
+        )
+    return [*lines, ""]
 
 
 def _verdict(causes: list[dict[str, Any]]) -> str:

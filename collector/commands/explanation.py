@@ -8,10 +8,12 @@ nicknames)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, cast
 
 import pandas as pd
 
+from collector.advisor.dynamic_field import diverging_fields
 from collector.model.family_names import family_names, name_of
 from collector.queries.config import run_config
 from collector.queries.miss_causes import (
@@ -34,10 +36,11 @@ _DETAILS = ("key_kind", "other_engine", "evicted_on", "evicted_by")
 
 
 def run_breakdown(run: RunFile, tokenizer: Callable[[], TextTokenizer | None]) -> dict[str, Any]:
-    """The run's prompt tokens per cause, the unexplained ones by reason, and the prefix
-    families that missed most tokens, each with the causes it lost them to and the text of
-    its first block (`tokenizer()` loads the tokenizer, asked only when the run recorded
-    token ids)."""
+    """The run's prompt tokens per cause, the unexplained ones by reason, the dynamic fields
+    behind its diverged tokens (the advisor's dynamic-field rule: the field's family, its
+    token span and the tokens its requests lost to `diverged`), and the prefix families that
+    missed most tokens, each with the causes it lost them to and the text of its first block
+    (`tokenizer()` loads the tokenizer, asked only when the run recorded token ids)."""
     totals = cause_totals(run)
     rows = lookup_causes(run)
     prompt_tokens = int(totals["tokens"].sum())
@@ -56,6 +59,7 @@ def run_breakdown(run: RunFile, tokenizer: Callable[[], TextTokenizer | None]) -
             for row in records(totals)
         ],
         "unexplained": _unexplained(rows[rows["cause"] == "unexplained"]),
+        "dynamic_fields": [asdict(field) for field in diverging_fields(run, run.path)],
         "families": _families(run, prompt_tokens, tokenizer),
     }
 
