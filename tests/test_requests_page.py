@@ -182,6 +182,12 @@ def test_the_overview_leads_with_the_verdict_and_the_waterfall(sample: RunFile) 
     verdict = app.subheader[1].value
     assert verdict.startswith(f"{hit:.1%} of prompt tokens were served from the cache")
     assert "the biggest loss is diverged from a cached prefix" in verdict
+    diverged = int(totals.loc[totals["cause"] == "diverged", "tokens"].iloc[0])
+    assert any(  # diverged tokens lead to the Advisor's dynamic-field rule
+        caption.value.startswith(f"Diverged prefixes ({diverged:,} tokens)")
+        and "dynamic-field rule" in caption.value
+        for caption in app.caption
+    )
     waterfall, families = (json.loads(chart.proto.spec) for chart in app.get("plotly_chart")[:2])
     (bars,) = waterfall["data"]
     shown = totals[totals["tokens"] > 0]

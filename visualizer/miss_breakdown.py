@@ -21,6 +21,7 @@ from collector.store.run_file import RunFile
 from visualizer.charts import miss_causes as charts
 from visualizer.downloads import show_chart
 from visualizer.family_labels import named_families
+from visualizer.pages import PAGES
 
 TOP_FAMILIES = 8
 SERVED = ("hit", "tier")
@@ -84,6 +85,16 @@ def render(run: RunFile, window: TimeWindow) -> None:
         else:
             figure = charts.family_losses_figure(losses)
             show_chart(figure, losses, key="overview_family_losses")
+    diverged = int(totals.loc[totals["cause"] == "diverged", "tokens"].sum())
+    if diverged:
+        words, link = st.columns([5, 1], vertical_alignment="center")
+        words.caption(
+            f"Diverged prefixes ({diverged:,} tokens) often come from a field that changes in "
+            "every prompt (a time, a request id): the Advisor's dynamic-field rule names it "
+            "and says where to move it."
+        )
+        (advisor,) = (page for page in PAGES if page.file == "advisor.py")
+        link.page_link(advisor.path, label=advisor.title, icon=":material/arrow_forward:")
     st.caption(
         "Every lookup counts: a request's first admission, and each after a preemption "
         f"({rows.loc[rows['preempted'], 'seq'].nunique():,} here), which looks its prompt up "
