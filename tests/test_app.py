@@ -456,5 +456,7 @@ def test_pages_on_a_window_with_nothing_in_it(tmp_path: Path, page: str, message
 
 
 def test_collisions_page_says_when_the_check_was_off(tmp_path: Path) -> None:
-    app = go_to(start(tiny_run(tmp_path, SHARED_PREFIX, num_blocks=6)), "views/collisions.py")
+    # The check is on by default (with the key-free fingerprints): a run recorded with it off.
+    run = tiny_run(tmp_path, SHARED_PREFIX, num_blocks=6, check_collisions=False)
+    app = go_to(start(run), "views/collisions.py")
     assert "recorded without the collision check, so no hit was checked" in said(app)
