@@ -50,6 +50,7 @@ def test_a_changed_run_is_replayed_again(tmp_path: Path) -> None:
     kept.put("scheduler-check 1 at 1200", 0.5)
     assert ReplayCache(run, tmp_path / "cache").get("scheduler-check 1 at 1200") == 0.5
     assert ReplayCache(run, tmp_path / "cache").get("scheduler-check 1 at 2400") is None
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700  # the user's own, as runs are
     with run.open("ab") as stream:
         stream.write(b"\0")
     assert ReplayCache(run, tmp_path / "cache").get("scheduler-check 1 at 1200") is None

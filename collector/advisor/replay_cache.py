@@ -125,7 +125,7 @@ class ReplayCache:
             return
         temporary = file.with_name(f".{file.name}.tmp-{os.getpid()}")
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
+            file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as runs are
             temporary.write_text(json.dumps({"what": what, "value": value}, sort_keys=True))
             os.replace(temporary, file)
         except OSError:
