@@ -6,9 +6,10 @@ input: `HealthThresholdsError` names the file, the key and the reason."""
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
+
+from collector.toml_file import read_toml
 
 DEFAULTS = Path(__file__).with_name("thresholds.toml")
 ENVIRONMENT = "KVSCOPE_HEALTH_THRESHOLDS"
@@ -23,12 +24,12 @@ class HealthThresholdsError(ValueError):
 def load_thresholds(path: Path | None = None) -> Thresholds:
     """The defaults, with the values of `path` (else of the file KVSCOPE_HEALTH_THRESHOLDS
     names, if set) in their place."""
-    defaults = _read(DEFAULTS)
+    defaults = read_toml(DEFAULTS, HealthThresholdsError)
     if path is None and os.environ.get(ENVIRONMENT):
         path = Path(os.environ[ENVIRONMENT])
     if path is None:
         return defaults
-    for section, table in _read(path).items():
+    for section, table in read_toml(path, HealthThresholdsError).items():
         if section not in defaults:
             raise HealthThresholdsError(
                 f"{path}: unknown section [{section}]; known: {', '.join(defaults)}"
@@ -39,18 +40,6 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
             _check(path, section, key, value, defaults[section])
         defaults[section] = defaults[section] | table
     return defaults
-
-
-def _read(path: Path) -> Thresholds:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError as error:
-        raise HealthThresholdsError(f"{path}: no such thresholds file") from error
-    except OSError as error:
-        raise HealthThresholdsError(f"{path}: cannot read: {error.strerror}") from error
-    except tomllib.TOMLDecodeError as error:
-        raise HealthThresholdsError(f"{path}: not valid TOML: {error}") from error
 
 
 def _check(path: Path, section: str, key: str, value: Any, defaults: dict[str, Any]) -> None:

@@ -8,10 +8,11 @@ file, the key and the reason.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from collector.toml_file import read_toml
 
 
 class ThresholdsError(ValueError):
@@ -114,15 +115,7 @@ def load_thresholds(path: Path | None) -> Thresholds:
     """The defaults, overridden by the file's values when a file is given."""
     if path is None:
         return Thresholds()
-    try:
-        with path.open("rb") as handle:
-            document = tomllib.load(handle)
-    except FileNotFoundError as error:
-        raise ThresholdsError(f"{path}: no such thresholds file") from error
-    except OSError as error:
-        raise ThresholdsError(f"{path}: cannot read: {error.strerror}") from error
-    except tomllib.TOMLDecodeError as error:
-        raise ThresholdsError(f"{path}: not valid TOML: {error}") from error
+    document = read_toml(path, ThresholdsError)
     sections = {section.name: section for section in dataclasses.fields(Thresholds)}
     values: dict[str, Any] = {}
     for name, table in document.items():
