@@ -14,6 +14,7 @@ from collector.advisor.context import PCIE_GB_PER_S
 from collector.advisor.formats import to_document, to_markdown
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
 from collector.replay.whatif import read_results
+from collector.safe_text import shown
 from collector.store.run_file import RunStore
 
 
@@ -45,7 +46,7 @@ def _run_advise(args: argparse.Namespace) -> int:
     whatif = read_results(args.whatif).results if args.whatif else []
     store = RunStore.open(args.run)  # a damaged run is refused in one line, before any progress
     try:
-        progress.note(f"advising on {args.run}: {len(RULES)} rules to check")
+        progress.note(f"advising on {shown(args.run)}: {len(RULES)} rules to check")
         context = RunContext(
             store,
             args.run,
