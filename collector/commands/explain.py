@@ -14,7 +14,7 @@ from typing import Any
 from collector.commands.explain_text import breakdown_lines, request_lines
 from collector.commands.explanation import request_explanation, run_breakdown
 from collector.queries.config import recorded_tokenizer, run_config
-from collector.queries.miss_details import request_prompt, request_record
+from collector.queries.request_search import prompt_token_ids, request_row
 from collector.safe_text import shown
 from collector.store.recorded_schema import recorded_schema
 from collector.store.run_file import RunBeingWritten, RunFile, StoreError, open_readable
@@ -55,7 +55,7 @@ def _run_explain(args: argparse.Namespace) -> int:
             document = run_breakdown(run, lambda: run_tokenizer(run, args.tokenizer)[0])
             lines = breakdown_lines(document)
         else:
-            request = request_record(run, args.request)
+            request = request_row(run, args.request)
             if request is None:
                 raise ValueError(f'{args.run}: no request "{shown(args.request)}" in this run')
             text, source = prompt_text(run, args.request, args.tokenizer)
@@ -98,7 +98,7 @@ def prompt_text(run: RunFile, request: str, tokenizer: str | None) -> tuple[Prom
     """The request's prompt tokens `first..end` as text, and where the text comes from (None:
     nowhere, the run recorded no token ids): the run's tokenizer (`run_tokenizer`), or the
     token ids themselves when it is not on this machine."""
-    tokens = request_prompt(run, request)
+    tokens = prompt_token_ids(run, request)
     if tokens is None:
         return (lambda first, end: None), None
     loaded, name = run_tokenizer(run, tokenizer)

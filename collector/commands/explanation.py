@@ -24,8 +24,7 @@ from collector.queries.miss_causes import (
     lookup_causes,
     request_block_causes,
 )
-from collector.queries.miss_details import request_tenants
-from collector.queries.request_search import family_roots
+from collector.queries.request_search import family_roots, request_tenants
 from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 from collector.token_text import TextTokenizer
