@@ -3,7 +3,7 @@ headless Chromium, on each sample run: its first view after the app started (col
 later view (warm), against the goals of 2 s cold and 1 s warm. Prints one Markdown table.
 
     .venv/bin/python benchmarks/page_timing.py [--runs sample_data/run.duckdb ...]
-        [--pages overview,advisor] [--timeout-s 300] [--keep-replays]
+        [--pages overview,advisor] [--timeout-s 300] [--keep-replays] [--advised]
 
 For each run it starts the app server (`streamlit run visualizer/app.py -- --db RUN`, on a
 free 127.0.0.1 port, as tests/support/browser.py starts it) and one headless Chromium
@@ -29,6 +29,9 @@ The time is the wall clock from just before Selenium's click to the first poll t
 all five (so within about 50 ms, plus one poll's own time, above the truth). The replays the
 Advisor keeps (`$KVSCOPE_CACHE_DIR`) start empty, in a folder of the benchmark's own, unless
 --keep-replays: a cold view is then the first view of a run ever advised on this machine.
+With --advised, each run is copied into the benchmark's folder and `kvscope advise COPY` run
+on it first (its own cache folder): the app then reads the advice kept in the run file, as
+after an operator advised a finished capture once (collector/advisor/stored.py).
 Wall-clock figures of a shared machine move; run it on a quiet one for figures to compare.
 """
 
@@ -36,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -180,6 +185,17 @@ def table(results: dict[str, dict[str, dict[str, Seen]]], pages: list[Page]) -> 
     return lines
 
 
+def advised(run: Path, folder: Path) -> Path:
+    """A copy of `run` in `folder` that `kvscope advise` kept its advice in."""
+    copy = folder / "advised" / run.name
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copyfile(run, copy)
+    env = {**os.environ, "KVSCOPE_CACHE_DIR": str(folder / "advise-cache")}
+    command = [sys.executable, "-m", "collector.cli", "advise", str(copy), "--quiet"]
+    subprocess.run(command, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+    return copy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -188,6 +204,9 @@ def main() -> None:
     parser.add_argument("--pages", help="page files' stems, comma-separated (default: all)")
     parser.add_argument("--timeout-s", type=float, default=300, help="per view")
     parser.add_argument("--keep-replays", action="store_true", help="use the kept replays")
+    parser.add_argument(
+        "--advised", action="store_true", help="time copies `kvscope advise` ran on first"
+    )
     args = parser.parse_args()
     pages = list(PAGES)
     if args.pages:
@@ -204,7 +223,8 @@ def main() -> None:
             raise SystemExit(2)
     results = {}
     with tempfile.TemporaryDirectory(prefix="kvscope-page-timing-") as folder:
-        for run in args.runs:
+        runs = [advised(run, Path(folder)) for run in args.runs] if args.advised else args.runs
+        for run in runs:
             if not args.keep_replays:
                 os.environ["KVSCOPE_CACHE_DIR"] = str(Path(folder) / run.stem)
             print(f"timing {run.name} ...", file=sys.stderr, flush=True)

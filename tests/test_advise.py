@@ -22,7 +22,7 @@ from tests.support.repo import SAMPLE_RUN
 def advice_json() -> dict:
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        assert main(["advise", str(SAMPLE_RUN), "--json"]) == 0
+        assert main(["advise", str(SAMPLE_RUN), "--json", "--no-store"]) == 0
     return json.loads(output.getvalue())
 
 
@@ -74,7 +74,7 @@ def test_recommends_the_cache_size_of_the_curve(advice_json: dict) -> None:
 def test_markdown_says_the_same_with_numbers(
     advice_json: dict, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["advise", str(SAMPLE_RUN)]) == 0
+    assert main(["advise", str(SAMPLE_RUN), "--no-store"]) == 0
     markdown = capsys.readouterr().out
     size = by_rule(advice_json, "cache-size")["figures"]
     assert f"Grow the KV cache to {size['recommended_num_blocks']:,} blocks" in markdown

@@ -1,6 +1,7 @@
 """The advisor's replays through vLLM, kept between runs of `kvscope advise`: the second run
-of the sample replays nothing and says the same, byte for byte; a run whose bytes changed is
-replayed again; a cache folder that cannot be written costs the replays, never an error."""
+of the sample reads the advice kept, an advice under other assumptions replays nothing, and
+each says the same, byte for byte; a run whose bytes changed is replayed again; a cache
+folder that cannot be written costs the replays, never an error."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from collector.cli import main
 from tests.support.repo import SAMPLE_RUN
 
 
-def advise(capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
-    assert main(["advise", str(SAMPLE_RUN), "--json"]) == 0
+def advise(capsys: pytest.CaptureFixture[str], *options: str) -> tuple[dict[str, Any], str]:
+    assert main(["advise", str(SAMPLE_RUN), "--json", "--no-store", *options]) == 0
     captured = capsys.readouterr()
     return json.loads(captured.out), captured.err
 
@@ -28,19 +29,28 @@ def test_a_second_advice_replays_nothing_and_says_the_same(
 ) -> None:
     monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
     cold, cold_progress = advise(capsys)
-    warm, warm_progress = advise(capsys)
-    assert warm == cold
+    kept, kept_progress = advise(capsys)
+    assert kept == cold
+    # The advice itself was kept (in the cache folder: --no-store leaves the sample alone),
+    # so the second run reads it, in two lines, and runs no rule.
+    assert kept_progress.splitlines()[1].startswith("  the advice worked out at ")
+    assert "[1/13]" not in kept_progress
+    # Under another assumption the rules run again, on the replays read back.
+    warm, warm_progress = advise(capsys, "--pcie-gb-per-s", "24")
+    assert warm["suggestions"][0] == cold["suggestions"][0]  # the cache size: no tier in it
     # The first run replays through vLLM's Scheduler (the cache-size rule) and with a CPU
-    # tier, and says so before it starts; the second reads both back.
+    # tier, and says so before it starts; the third reads both back.
     assert "replaying the run through vLLM's Scheduler at 2 pool sizes" in cold_progress
     assert "replaying the run with a CPU tier" in cold_progress
     assert "replaying" not in warm_progress
-    assert len(list((tmp_path / "advisor").glob("*.json"))) == 3  # 2 pool sizes, the tiers
+    # 2 pool sizes, the tiers, and the two advices (each assumption's)
+    assert len(list((tmp_path / "advisor").glob("*.json"))) == 5
     # Progress: the run first, then every rule's outcome, numbered.
     lines = warm_progress.splitlines()
     assert lines[0] == f"advising on {SAMPLE_RUN}: 13 rules to check"
     assert lines[1].startswith("  [1/13] cache-size: fired (")
-    assert lines[-1].startswith("  [13/13] routing: ")
+    assert lines[-2].startswith("  [13/13] routing: ")
+    assert lines[-1] == "the advice kept in kvscope's cache folder"
 
 
 def test_a_changed_run_is_replayed_again(tmp_path: Path) -> None:

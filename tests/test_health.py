@@ -68,7 +68,10 @@ def band(value: float, amber: float, red: float) -> str:
 
 
 @pytest.mark.parametrize("path", [SAMPLE_RUN, SAMPLE_HYBRID_RUN, SAMPLE_TIER_RUN])
-def test_each_sample_lines_status_follows_from_its_figures(path: Path) -> None:
+def test_each_sample_lines_status_follows_from_its_figures(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))  # no advice kept: the advisor line grey
     with RunFile.open(path) as run:
         summary = run_summary(run)
         curve = RunContext(run, path).curve  # the advisor's one-pass curve, the same ceiling
@@ -200,7 +203,10 @@ def test_a_bad_thresholds_file_names_its_file_and_key(
     assert str(raised.value).startswith(f"{own}: ")
 
 
-def test_the_overview_opens_on_the_scorecard_with_its_links() -> None:
+def test_the_overview_opens_on_the_scorecard_with_its_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))  # no advice kept for the sample
     app = start(SAMPLE_RUN)
     subheaders = [subheader.value for subheader in app.subheader]
     assert subheaders[0] == "Health"  # above the miss-cause waterfall's verdict

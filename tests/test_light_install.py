@@ -37,7 +37,7 @@ def test_run_file_commands_need_no_vllm(tmp_path: Path) -> None:
     summary = kvscope_without_vllm("summary", str(SAMPLE_RUN), "--json")
     assert summary.returncode == 0, summary.stderr
     assert json.loads(summary.stdout)["requests"] == 500
-    advise = kvscope_without_vllm("advise", str(SAMPLE_RUN), "--json")
+    advise = kvscope_without_vllm("advise", str(SAMPLE_RUN), "--json", "--no-store")
     assert advise.returncode == 0, advise.stderr
     report = kvscope_without_vllm(
         "report",

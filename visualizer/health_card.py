@@ -9,6 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from collector.advisor.replay_cache import cache_folder
 from collector.health.line import HealthLine
 from collector.health.scorecard import scorecard
 from collector.health.thresholds import ENVIRONMENT, HealthThresholdsError, load_thresholds
@@ -28,13 +29,21 @@ PAGE_FILES = {Path(page.file).stem: page for page in PAGES}
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _lines(path: str, versions: tuple[int, int], thresholds: str) -> list[HealthLine]:
+def _lines(
+    path: str, versions: tuple[int, int], thresholds: str, advice_cache: str
+) -> list[HealthLine]:
     """The scorecard of one version of a run under one thresholds file (cached: a page
-    switch back to the Overview reads nothing again)."""
-    del versions  # part of the cache key: a rewritten run (or live copy) is judged afresh
+    switch back to the Overview reads nothing again). `advice_cache`: the folder the
+    advisor line may read kept advice from (collector/advisor/stored.py)."""
+    del versions, advice_cache  # part of the cache key: a rewritten run is judged afresh
     return scorecard(
         open_run(Path(path)), load_thresholds(Path(thresholds) if thresholds else None)
     )
+
+
+def forget_scorecards() -> None:
+    """Judge every run afresh on its next view (the advice it was judged without is kept)."""
+    _lines.clear()
 
 
 def _modified(path: Path) -> int:
@@ -46,7 +55,7 @@ def render(path: Path) -> None:
     thresholds = os.environ.get(ENVIRONMENT, "")
     versions = (_modified(path), _modified(live_copy_path(path)))
     try:
-        lines = _lines(str(path), versions, thresholds)
+        lines = _lines(str(path), versions, thresholds, str(cache_folder()))
     except HealthThresholdsError as error:
         st.error(f"Health scorecard not shown: {error}")
         return

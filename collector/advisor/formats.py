@@ -28,8 +28,9 @@ def _pools(context: RunContext) -> str:
     return f"{context.num_engines} engines of {context.num_blocks:,} blocks each"
 
 
-def to_markdown(advice: Advice, context: RunContext) -> str:
-    """Ranked suggestions, each with evidence, effect and action; then every rule's check."""
+def to_markdown(document: dict[str, Any], context: RunContext) -> str:
+    """Ranked suggestions, each with evidence, effect and action; then every rule's check
+    (from the advice's document, `to_document`'s, worked out now or kept)."""
     lines = [
         f"# kvscope advice: {code(context.path.name)}",
         "",
@@ -38,26 +39,26 @@ def to_markdown(advice: Advice, context: RunContext) -> str:
         f"KV memory figures assume {context.spec.describe()}.",
         "",
     ]
-    if not advice.suggestions:
+    if not document["suggestions"]:
         lines += ["No suggestions: every rule that could judge this run found nothing to fix.", ""]
-    for number, suggestion in enumerate(advice.suggestions, start=1):
+    for entry in document["suggestions"]:
         lines += [
-            f"## {number}. {suggestion.title}",
+            f"## {entry['rank']}. {entry['title']}",
             "",
-            f"*{suggestion.severity}* · rule `{suggestion.rule}`",
+            f"*{entry['severity']}* · rule `{entry['rule']}`",
             "",
             "Evidence:",
-            *[f"- {line}" for line in suggestion.evidence],
+            *[f"- {line}" for line in entry["evidence"]],
             "",
-            f"Predicted effect: {suggestion.effect}",
+            f"Predicted effect: {entry['effect']}",
             "",
-            f"Do this: {suggestion.action}",
+            f"Do this: {entry['action']}",
             "",
         ]
     lines += ["## Checks", "", "| rule | result | detail |", "| --- | --- | --- |"]
     lines += [
-        f"| {check.rule} | {check.status} | {check.detail.replace('|', '/')} |"
-        for check in advice.checks
+        f"| {check['rule']} | {check['status']} | {check['detail'].replace('|', '/')} |"
+        for check in document["checks"]
     ]
     return "\n".join(lines) + "\n"
 

@@ -102,6 +102,11 @@ class ReplayCache:
             except OSError:
                 self._prefix = None
 
+    @property
+    def keeps(self) -> bool:
+        """Whether this cache keeps anything (vLLM is there and the run could be read)."""
+        return self._prefix is not None
+
     def _file(self, what: str) -> Path | None:
         if self._prefix is None:
             return None

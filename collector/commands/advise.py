@@ -6,12 +6,15 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from collector.advisor import RULES, RuleOutcome, RunContext, advise
 from collector.advisor.context import PCIE_GB_PER_S
+from collector.advisor.curves import whatif_curves
 from collector.advisor.formats import to_document, to_markdown
+from collector.advisor.stored import keep, lookup, result_record
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
 from collector.replay.whatif import read_results
 from collector.safe_text import shown
@@ -33,6 +36,12 @@ def register(commands: Any) -> None:
         default=PCIE_GB_PER_S,
         help=f"host-to-GPU bandwidth a CPU tier's loads take, GB/s ({PCIE_GB_PER_S:g}: PCIe 4.0 "
         "x16 in practice)",
+    )
+    parser.add_argument(
+        "--no-store",
+        action="store_true",
+        help="do not write the advice into the run file (it is kept in kvscope's cache "
+        "folder instead); by default it is, for the app and the health scorecard to read",
     )
     parser.add_argument(
         "--quiet", action="store_true", help="no progress lines (on stderr) while the rules run"
@@ -57,14 +66,32 @@ def _run_advise(args: argparse.Namespace) -> int:
             pcie_gb_per_s=args.pcie_gb_per_s,
             note=progress.note,
         )
-        advice = advise(context, checked=progress.checked)
+        document, record = _document(context, progress)
         if args.json:
-            print(json.dumps(to_document(advice, context), sort_keys=True))
+            print(json.dumps(document, sort_keys=True))
         else:
-            print(to_markdown(advice, context), end="")
+            print(to_markdown(document, context), end="")
     finally:
         store.close()
+    if record is not None:  # once the run is closed: it may be written now
+        progress.note(
+            keep(record, args.run, lambda: context.replay_cache, in_run=not args.no_store)
+        )
     return 0
+
+
+def _document(
+    context: RunContext, progress: _Progress
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The advice's document, kept from an earlier advise or worked out now, and then the
+    record to keep of it (None: it was read, or is not kept)."""
+    kept = lookup(context)
+    if kept is not None:
+        progress.note(f"  the advice worked out at {kept['stored_at']} for this run and code, read")
+        return kept["document"], None
+    advice = advise(context, checked=progress.checked)
+    document = to_document(advice, context)
+    return document, result_record(context, document, asdict(whatif_curves(context)))
 
 
 class _Progress:

@@ -1,7 +1,8 @@
 """The health scorecard of a run: one line each for its hit ratio against what its traffic
 could reach, its biggest miss cause, pool pressure, evicted blocks needed again, collisions
-and dropped records, its fleet's balance (several engines), and the advisor's actions. Each
-line is judged over the whole run against thresholds.py's limits (docs/health.md)."""
+and dropped records, its fleet's balance (several engines), and the advisor's top action
+(the advice `kvscope advise` kept: advice.py). Each line is judged over the whole run
+against thresholds.py's limits (docs/health.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from collector.health.advice import advisor_line
 from collector.health.fleet import fleet_line
 from collector.health.line import HealthLine, Status, rising, worst
 from collector.health.thresholds import Thresholds, load_thresholds
@@ -25,13 +27,6 @@ from collector.queries.timeline import time_grid
 from collector.store.run_file import RunFile
 
 SERVED = ("hit", "tier")
-ADVISOR_LINE = HealthLine(
-    "Advisor's top action",
-    "grey",
-    "Open the Advisor page for its ranked actions and their predicted gains (it replays the "
-    "run, so it is not run for this page).",
-    "advisor",
-)
 
 
 def scorecard(run: RunFile, thresholds: Thresholds | None = None) -> list[HealthLine]:
@@ -46,7 +41,7 @@ def scorecard(run: RunFile, thresholds: Thresholds | None = None) -> list[Health
         eviction_line(run, totals, limits["evictions"]),
         integrity_line(run, summary, limits["integrity"]),
         fleet_line(run, totals, limits["fleet"]),
-        ADVISOR_LINE,
+        advisor_line(run, summary, limits["advisor"]),
     ]
 
 

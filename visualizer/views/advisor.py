@@ -14,9 +14,11 @@ from collector.advisor.context import PCIE_GB_PER_S
 from collector.advisor.curves import whatif_curves
 from collector.advisor.formats import to_document
 from collector.advisor.scheduler_ratios import SchedulerCheck
+from collector.advisor.stored import keep, lookup, result_record
 from collector.model.kv_memory import DEFAULT_GPU_GIB, MODELS, GpuMemory, KVSpec
 from collector.queries import kv_groups
 from collector.replay.whatif import read_results
+from visualizer import health_card
 from visualizer.charts.advisor import chart_data, chart_figure
 from visualizer.downloads import show_chart
 from visualizer.kv_spec_inputs import model_and_dtype
@@ -36,7 +38,8 @@ def _replay_cache(path: str, modified_ns: int) -> dict[tuple[int, ...], Schedule
 @st.cache_data(
     max_entries=8,
     show_spinner="Running the advisor's rules (the first view of a run whose requests "
-    "overlapped replays them through vLLM's Scheduler: up to about half a minute) ...",
+    "overlapped replays them through vLLM's Scheduler: up to about half a minute; "
+    "`kvscope advise RUN` works it out ahead and keeps it in the run file) ...",
 )
 def _advice(
     path: str,
@@ -62,10 +65,16 @@ def _advice(
         pcie_gb_per_s=pcie_gb_per_s,
         scheduler_checks=_scheduler_checks,
     )
-    return {
-        "document": to_document(advise(context), context),
-        "curves": asdict(whatif_curves(context)),
-    }
+    kept = lookup(context)  # `kvscope advise` kept it in the run file, or an earlier view
+    if kept is not None:
+        return {"document": kept["document"], "curves": kept["curves"]}
+    document = to_document(advise(context), context)
+    curves = asdict(whatif_curves(context))
+    record = result_record(context, document, curves)
+    if record is not None:  # never into the run file this app holds open: the cache folder
+        keep(record, Path(path), lambda: context.replay_cache, in_run=False)
+        health_card.forget_scorecards()  # the Overview's advisor line can show it now
+    return {"document": document, "curves": curves}
 
 
 def _assumptions() -> tuple[KVSpec, tuple[float, float] | None, str, int | None, float]:
