@@ -20,11 +20,12 @@ def advisor_line(run: RunFile, summary: RunSummary, limits: dict[str, Any]) -> H
     tokens; amber from it (the advisor's actions are tuning, never an outage: no red)."""
     kept = current_result(run)
     if kept is None:
+        path = run.path.with_name(run.path.name.removesuffix(".live"))  # a live copy's run
         return HealthLine(
             NAME,
             "grey",
             "No advice is kept for this run as it is now: `kvscope advise "
-            f"{shown(run.path)}` works it out (it replays the run, so the scorecard does not) "
+            f"{shown(path)}` works it out (it replays the run, so the scorecard does not) "
             "and keeps it in the run file; the Advisor page does too, for this app.",
             PAGE,
         )
