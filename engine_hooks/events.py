@@ -65,11 +65,13 @@ GROUP_ID_BYTES = 4  # after the hash in vLLM's cache key (`BlockHashWithGroupId`
 # them). 3: block records name their KV cache group, and a hit its first position. 4: a
 # `Free` in a dense layout leaves its reference counts to the collector. 5: a `Lookup` says
 # how many tokens a KV connector (an offload tier) supplied. 6: a `Store` may carry its blocks'
-# key-free fingerprints (`token_fingerprints`). A collector refuses a stream in a format it
-# cannot read: another, but one whose records mean the same to it.
-WIRE_FORMAT = 6
-# 5's records are 6's without fingerprints (a run tells no key mismatch from them alone).
-READABLE_WIRE_FORMATS = frozenset({5, WIRE_FORMAT})
+# key-free fingerprints (`token_fingerprints`). 7: a `FirstToken` says when a request's first
+# output token came. A collector refuses a stream in a format it cannot read: another, but one
+# whose records mean the same to it.
+WIRE_FORMAT = 7
+# 5's records are 6's without fingerprints (a run tells no key mismatch from them alone); 6's
+# are 7's without first tokens (a run of them has no measured TTFT).
+READABLE_WIRE_FORMATS = frozenset({5, 6, WIRE_FORMAT})
 
 
 class _Context(msgspec.Struct, kw_only=True, array_like=True, tag_field="kind", gc=False):
@@ -227,6 +229,18 @@ class Preempt(_Record, tag="preempt"):
     """A running request was preempted and its blocks freed."""
 
 
+class FirstToken(_Record, tag="first_token"):
+    """A request's first output token came out of the engine (`Scheduler.update_from_output`
+    gave it one). `num_tokens`: the prompt tokens the engine computed for it until then, every
+    step's scheduled tokens summed (a recompute after a preemption counts again; a prefix hit
+    is not computed). `age_ns`: the time since the request's arrival at vLLM's front end (its
+    `arrival_time`, the one vLLM's own TTFT counts from), on the wall clock; None where the
+    hooks do not know it (a replay: its arrival is its `Arrive`)."""
+
+    num_tokens: Count
+    age_ns: Nanoseconds | None = None
+
+
 class Finish(_Record, tag="finish"):
     """A request finished and released its blocks."""
 
@@ -252,6 +266,7 @@ Event = (
     | Pool
     | Schedule
     | Preempt
+    | FirstToken
     | Finish
     | Drop
 )
@@ -269,6 +284,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Pool,
     Schedule,
     Preempt,
+    FirstToken,
     Finish,
     Drop,
 )

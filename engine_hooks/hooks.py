@@ -43,6 +43,7 @@ from engine_hooks.buffer import EventBuffer
 from engine_hooks.events import (
     Arrive,
     Finish,
+    FirstToken,
     Lookup,
     Pool,
     Preempt,
@@ -150,6 +151,12 @@ class KVCacheHooks(PoolHooks):
 
     def on_preempt(self, request: Request) -> None:
         self._emit([Preempt(self._next_seq(), self._clock(), request.request_id)])
+
+    def on_first_token(self, request: Request, num_tokens: int, age_ns: int | None) -> None:
+        """Record a request's first output token, after `num_tokens` computed prompt tokens,
+        `age_ns` after its arrival at vLLM's front end (None: not known)."""
+        record = FirstToken(self._next_seq(), self._clock(), request.request_id, num_tokens, age_ns)
+        self._emit([record])
 
     def on_finish(self, request: Request) -> None:
         record = Finish(

@@ -166,7 +166,10 @@ class Capture:
             max_backlog_bytes=int(config.max_backlog_mb * (1 << 20)),
             token=engine_token(),
         )
-        self.scheduler_hooks = SchedulerHooks(scheduler, self.hooks, self.tenant_of)
+        # vLLM's front end stamps a request's arrival on the wall clock (`time.time()`).
+        self.scheduler_hooks = SchedulerHooks(
+            scheduler, self.hooks, self.tenant_of, arrival_clock=time.time_ns
+        )
         self.scheduler_hooks.on_failure = self.transport.report_stopped
         self._stopped = False
 

@@ -98,6 +98,7 @@ CONTRACT = (
     Method(_SINGLE, "SingleTypeKVCacheManager", "allocate_external_computed_blocks"),
     Method(_SCHEDULER, "Scheduler", "add_request", ("request",)),
     Method(_SCHEDULER, "Scheduler", "schedule"),
+    Method(_SCHEDULER, "Scheduler", "update_from_output", ("scheduler_output",)),
     Method(_SCHEDULER, "Scheduler", "_preempt_request", ("request",)),
     Method(_SCHEDULER, "Scheduler", "_free_request", ("request",)),
 )
@@ -107,7 +108,7 @@ FIELDS = (
     (
         "vllm.v1.core.sched.output",
         "SchedulerOutput",
-        ("scheduled_new_reqs", "scheduled_cached_reqs"),
+        ("scheduled_new_reqs", "scheduled_cached_reqs", "num_scheduled_tokens"),
     ),
     ("vllm.v1.core.sched.output", "NewRequestData", ("req_id",)),
     ("vllm.v1.core.kv_cache_utils", "KVCacheBlock", ("block_id", "ref_cnt")),

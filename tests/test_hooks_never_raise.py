@@ -45,9 +45,13 @@ MANAGER_HOOKS = {
     "Scheduler._preempt_request": "on_preempt",
     "Scheduler._free_request": "on_finish",
 }
-SCHEDULER_HOOKS = {"Scheduler.schedule": "_record_scheduled"}
+SCHEDULER_HOOKS = {
+    "Scheduler.schedule": "_record_scheduled",
+    "Scheduler.update_from_output": "_record_first_tokens",
+}
 # Reached before vLLM's call: vLLM's call must still run.
 BEFORE_HOOKS = {"BlockPool.evict_blocks": "_cached_keys"}
+SCHEDULER_BEFORE_HOOKS = {"Scheduler.update_from_output": "_count_prefill"}
 
 
 def run(model_dir: Path, inject: tuple[str, str, str] | None, hooks_on: bool) -> dict[str, Any]:
@@ -158,7 +162,7 @@ def test_the_workload_reaches_every_hook(bare: dict[str, Any], tmp_path: Path) -
     assert hooks.failure is None and hooks.num_failures == 0 and hooks.attached
     kinds = {type(record).__name__ for record in hooks._buffer.take()}
     assert kinds >= {"Arrive", "Lookup", "Hit", "Allocate", "Store", "Free", "Evict", "Reset"}
-    assert kinds >= {"Schedule", "Preempt", "Finish", "Pool"}
+    assert kinds >= {"Schedule", "Preempt", "FirstToken", "Finish", "Pool"}
     assert len(bare["cached"]) > 20 and bare["reset"]
 
 
@@ -166,7 +170,8 @@ def test_the_workload_reaches_every_hook(bare: dict[str, Any], tmp_path: Path) -
     ("hook", "owner", "method"),
     [(hook, "hooks", method) for hook, method in MANAGER_HOOKS.items()]
     + [(hook, "scheduler", method) for hook, method in SCHEDULER_HOOKS.items()]
-    + [(hook, "hooks", method) for hook, method in BEFORE_HOOKS.items()],
+    + [(hook, "hooks", method) for hook, method in BEFORE_HOOKS.items()]
+    + [(hook, "scheduler", method) for hook, method in SCHEDULER_BEFORE_HOOKS.items()],
 )
 def test_a_failure_in_a_hook_leaves_vllm_untouched_and_stops_capture(  # noqa: PLR0917
     bare: dict[str, Any],

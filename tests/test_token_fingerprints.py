@@ -96,6 +96,6 @@ def test_a_collector_reads_hooks_from_before_the_fingerprints_and_checks_their_w
         )
         with pytest.raises(RejectedMessage, match="token fingerprints not packed"):
             check_batch(header("e", [record]), [record], Limits())
-    with pytest.raises(RejectedMessage, match="reads 5 and 6"):
+    with pytest.raises(RejectedMessage, match="reads 5, 6 and 7"):
         check_batch(header("e", [plain], wire_format=4), [plain], Limits())
-    assert WIRE_FORMAT == 6
+    assert WIRE_FORMAT == 7

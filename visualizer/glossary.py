@@ -65,6 +65,14 @@ TERMS = {
     "or 10 % of cached blocks, and the share of blocks never hit while cached.",
     "advisor gain": "The prompt tokens a suggested change would serve from the cache in this "
     "run, predicted by replaying the run's own requests with the change.",
+    "TTFT": "Time to first token: from a request's arrival to its first output token. "
+    "Measured on a live capture (from vLLM's own arrival time, as vLLM's TTFT metric counts, to "
+    "the step that gave the token, on the engine's side of the socket); modelled on a replay.",
+    "queue time": "From a request's arrival at the engine to its first scheduling: the time it "
+    "waited for room in a batch, as vLLM's own queue time counts it.",
+    "hit share": "How much of a request's prompt the cache held at its lookup (the GPU pool and "
+    "an offload tier): none cached, under half, half or more, or all but the tail (all but "
+    "its last block, which vLLM computes anyway).",
     "prefill time": "The time to compute a prompt's KV before the first output token: the part "
     "of time to first token that the prefix cache cuts.",
 }

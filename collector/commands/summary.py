@@ -10,6 +10,7 @@ from typing import Any
 from collector.commands.output import print_summary
 from collector.health.scorecard import scorecard
 from collector.health.thresholds import load_thresholds
+from collector.queries.latency import latency_figures, latency_sentence, request_latency
 from collector.queries.summary import run_summary
 from collector.safe_text import shown
 from collector.store.run_file import RunStore
@@ -33,12 +34,17 @@ def _run_summary(args: argparse.Namespace) -> int:
     store = RunStore.open(args.run)
     try:
         summary: dict[str, Any] = dict(run_summary(store))
+        latency = request_latency(store)
         lines = scorecard(store, thresholds) if thresholds is not None else []
     finally:
         store.close()
     if args.json and thresholds is not None:
         summary["health"] = [dataclasses.asdict(line) for line in lines]
+    if args.json:
+        summary["latency"] = latency_figures(latency)
     print_summary(summary, args.json)
+    if not args.json and not latency.empty:
+        print(f"\nlatency by hit share: {latency_sentence(latency)}")
     if lines and not args.json:
         print("\nhealth (the whole run; docs/health.md):")
         for line in lines:  # the run's own words (tenant names) escaped for the terminal

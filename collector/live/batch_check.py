@@ -30,6 +30,7 @@ from engine_hooks.events import (
     Event,
     Evict,
     Finish,
+    FirstToken,
     Free,
     Hit,
     Lookup,
@@ -54,6 +55,7 @@ _TOKEN_COUNTS: dict[type, tuple[str, ...]] = {
         "num_tier_hit_tokens",
     ),
     Finish: ("num_output_tokens",),
+    FirstToken: ("num_tokens",),
     Store: ("block_size",),
 }
 
@@ -118,11 +120,12 @@ def check_batch(header: BatchHeader, records: list[Event], limits: Limits) -> No
 
 def _check_header(header: BatchHeader, records: list[Event], limits: Limits) -> None:
     if header.wire_format not in READABLE_WIRE_FORMATS:
+        *others, last = sorted(READABLE_WIRE_FORMATS)
+        readable = f"{', '.join(map(str, others))} and {last}" if others else str(last)
         raise RejectedMessage(
             "wire-format",
             f"the engine's hooks send wire format {header.wire_format}, this collector reads "
-            f"{' and '.join(map(str, sorted(READABLE_WIRE_FORMATS)))}: install the same "
-            "kvscope beside the engine and the collector",
+            f"{readable}: install the same kvscope beside the engine and the collector",
         )
     if header.num_records != len(records):
         raise RejectedMessage(

@@ -19,7 +19,10 @@ The connector's settings and the stand-ins are in scheduler_tier.py.
 
 A step lasts `step_ms`, plus `prefill_us_per_token` for each prompt token it computes (a
 resumed request's recomputed output tokens too) and `decode_us_per_token` for each decoded
-one: the cost model's parameters are options. The scheduler is built for a model that only
+one: the cost model's parameters are options. The clock stands at a step's start while it
+schedules and at its end while vLLM takes its output: a first token, a finish and the blocks
+freed are timed when the step ends (the modelled TTFT: collector/queries/latency.py). The
+scheduler is built for a model that only
 needs a `config.json` (no weights, no tokenizer), with the replay's KV cache groups and pool.
 """
 
@@ -261,6 +264,15 @@ class SchedulerReplay:
         waiting = idle and not (self.tier and transfers_planned(output))
         stuck = bool(waiting and scheduler.get_num_unfinished_requests())
         prefill, decode = self._tokens(output)
+        step = self.step_model
+        end_ms = (
+            now_ms
+            + step.step_ms
+            + prefill * step.prefill_us_per_token / 1000
+            + decode * step.decode_us_per_token / 1000
+        )
+        if not idle:  # the step's tokens come out at its end (a first token is timed there)
+            self.clock.set_ms(end_ms)
         results = scheduler.update_from_output(output, self._model_output(output))
         for outputs in results.values():
             progress(sum(out.finished for out in outputs.outputs))
@@ -272,13 +284,7 @@ class SchedulerReplay:
         if idle:
             return now_ms, stuck
         self.steps += 1
-        step = self.step_model
-        return (
-            now_ms
-            + step.step_ms
-            + prefill * step.prefill_us_per_token / 1000
-            + decode * step.decode_us_per_token / 1000
-        ), stuck
+        return end_ms, stuck
 
     def _tokens(self, output: SchedulerOutput) -> tuple[int, int]:
         """The step's prefill tokens (prompt, or a resumed request's recomputed tokens) and

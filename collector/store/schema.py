@@ -6,7 +6,7 @@ from collector.store.lookup_causes import WHOLE_LOOKUP_CAUSES
 from collector.store.rollups import ROLLUP_STATEMENTS
 from engine_hooks.events import EVENT_KINDS
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _KINDS = ", ".join(f"'{kind}'" for kind in EVENT_KINDS)
 
@@ -164,7 +164,11 @@ DERIVED_STATEMENTS = (
         request_id,
         min(ts_ns) FILTER (WHERE kind = 'arrive') AS arrival_ns,
         min(ts_ns) FILTER (WHERE kind = 'schedule') AS first_scheduled_ns,
+        min(ts_ns) FILTER (WHERE kind = 'first_token') AS first_token_ns,
         max(ts_ns) FILTER (WHERE kind = 'finish') AS finished_ns,
+        -- since the arrival at vLLM's front end where the hooks knew it (a live capture)
+        arg_min(age_ns, seq) FILTER (WHERE kind = 'first_token') AS first_token_age_ns,
+        arg_min(num_tokens, seq) FILTER (WHERE kind = 'first_token') AS num_prefill_tokens,
         count(*) FILTER (WHERE kind = 'preempt') AS num_preemptions,
         any_value(num_prompt_tokens) FILTER (WHERE kind = 'arrive') AS num_prompt_tokens,
         arg_min(num_hit_tokens, seq) FILTER (WHERE kind = 'lookup') AS num_hit_tokens,
@@ -177,7 +181,7 @@ DERIVED_STATEMENTS = (
         any_value(lora) FILTER (WHERE kind = 'arrive') AS lora,
         any_value(salt_hash) FILTER (WHERE kind = 'arrive') AS salt_hash
     FROM events
-    WHERE kind IN ('arrive', 'lookup', 'schedule', 'preempt', 'finish')
+    WHERE kind IN ('arrive', 'lookup', 'schedule', 'preempt', 'first_token', 'finish')
         AND request_id IS NOT NULL
     GROUP BY request_id""",
     *ROLLUP_STATEMENTS,

@@ -1,7 +1,8 @@
 """Overview: the run's health scorecard (visualizer/health_card.py); why the window's prompts
 missed (visualizer/miss_breakdown.py); the run's hit rates, tokens saved, requests, pool
 pressure (the fewest free blocks, the time under 10 % free, preemptions), evictions,
-collisions and dropped events, its configuration, and the same figures over time."""
+collisions and dropped events; TTFT and queue time by hit share (visualizer/latency_section.py);
+its configuration, and the same figures over time."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_bl
 from collector.queries.summary import capture_stops, hit_ratio
 from collector.safe_text import markdown_text
 from collector.store.run_file import RunFile
-from visualizer import health_card, miss_breakdown, page_selection, run_settings
+from visualizer import health_card, latency_section, miss_breakdown, page_selection, run_settings
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -55,6 +56,7 @@ def render() -> None:
     health_card.render(path)
     miss_breakdown.render(run, window)
     _metrics(figures, free_block_extremes(run, window=window))
+    latency_section.render(run)
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")
