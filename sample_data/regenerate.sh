@@ -5,8 +5,9 @@
 # same trace replayed with block size 32 in the same memory (for the Compare runs page), and
 # as a hybrid model of gpt-oss's shape would hold it (full and 128-token sliding-window
 # groups, for the KV cache groups page), and with a CPU tier of twice the GPU pool behind it
-# (vLLM's own OffloadingConnector in the Scheduler, for the tier's pages); the last three without token ids, to
-# keep them small. Every replay takes vLLM's own Scheduler (the default timing) at the trace's
+# (vLLM's own OffloadingConnector in the Scheduler, for the tier's pages); the last three
+# without token ids, to keep them small (their key-free fingerprints still tell every missed
+# token's cause). Every replay takes vLLM's own Scheduler (the default timing) at the trace's
 # arrival times.
 # The tenants are synthetic, so their names are kept (--reveal-tenants); the fixed key makes
 # the salt pseudonyms the same on every machine.
