@@ -137,9 +137,12 @@ class SchedulerHooks:
 
     def _record_first_tokens(self) -> None:
         """The prefilling requests the step gave their first output token."""
-        done = [entry for entry in self._prefilling.values() if entry[0].num_output_tokens]
-        for request, num_tokens in done:
-            del self._prefilling[request.request_id]
+        prefilling = self._prefilling
+        done = [
+            request_id for request_id, entry in prefilling.items() if entry[0].num_output_tokens
+        ]
+        for request_id in done:
+            request, num_tokens = prefilling.pop(request_id)
             self.hooks.on_first_token(request, num_tokens, self._age_ns(request))
 
     def _age_ns(self, request: Any) -> int | None:
