@@ -21,6 +21,7 @@ from engine_hooks.events import (
     Drop,
     Event,
     Finish,
+    FirstToken,
     Free,
     Hit,
     Lookup,
@@ -198,7 +199,16 @@ class HostileStream:
         request = rng.choice(NAMES)
         tokens = self.limits.tokens
         count = rng.choice([0, 1, tokens, rng.randrange(tokens)])
-        kinds = ["arrive", "lookup", "schedule", "preempt", "finish", "reset", "pool"]
+        kinds = [
+            "arrive",
+            "lookup",
+            "schedule",
+            "preempt",
+            "first_token",
+            "finish",
+            "reset",
+            "pool",
+        ]
         if pool:
             kinds += ["allocate", "store", "hit", "free", "collision"] * 2
         kind = rng.choice(kinds)
@@ -211,6 +221,8 @@ class HostileStream:
             return Schedule(seq, ts, request)
         if kind == "preempt":
             return Preempt(seq, ts, request)
+        if kind == "first_token":
+            return FirstToken(seq, ts, request, count, rng.choice([None, 0, ts, -ts]))
         if kind == "finish":
             return Finish(seq, ts, request, count)
         if kind == "reset":
@@ -417,6 +429,7 @@ class HostileStream:
                 Arrive(seq, 1, "r", count),
                 Lookup(seq, 1, "r", 1, 0, 0, False, 0, count),
                 Finish(seq, 1, "r", count),
+                FirstToken(seq, 1, "r", count, None),
                 Store(seq, 1, "r", block, b"\x01" * 8, None, 0, count),
                 Store(seq, 1, "r", block, b"\x01" * 8, None, count, 16),
                 Hit(seq, 1, "r", block, b"\x01" * 8, count),
