@@ -15,6 +15,7 @@ from collector.live.live_state import LiveState
 from collector.live.receiver import MEMORY_LIMIT, Receiver
 from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
 from collector.store.run_file import RunConfig
+from collector.store.segments import SegmentPolicy
 from engine_hooks.endpoint import EndpointError, default_endpoint, engine_token
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def register(commands: Any) -> None:
     )
     _add_vllm_kv_options(parser)
     _add_run_options(parser)
+    _add_segment_options(parser)
     parser.set_defaults(handler=_run_collect)
 
 
@@ -99,6 +101,43 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_segment_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--segment-rows",
+        type=int,
+        metavar="N",
+        help="a segmented run, for capture that runs for weeks: close the open segment into "
+        "Parquet every N rows (docs/run-files.md, Segmented runs); off by default",
+    )
+    parser.add_argument(
+        "--segment-minutes",
+        type=float,
+        metavar="M",
+        help="a segmented run: close the open segment every M minutes (or --segment-rows, "
+        "whichever comes first)",
+    )
+    parser.add_argument(
+        "--segment-dir",
+        type=Path,
+        metavar="DIR",
+        help="where closed segments go (default: RUN.duckdb.segments beside --db); a folder "
+        "several collectors share is fine, their files are named by run",
+    )
+    parser.add_argument(
+        "--keep",
+        type=float,
+        metavar="DAYS",
+        help="a segmented run: drop the closed segments closed more than DAYS days ago",
+    )
+
+
+def _segment_policy(args: argparse.Namespace) -> SegmentPolicy | None:
+    """The segmented run asked for, if any."""
+    if args.segment_rows is None and args.segment_minutes is None:
+        return None
+    return SegmentPolicy(args.segment_rows, args.segment_minutes, args.segment_dir, args.keep)
+
+
 def _run_collect(args: argparse.Namespace) -> int:
     problem = _usage_problem(args)
     if problem is None:
@@ -132,11 +171,20 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the options `--threads` and `--memory-limit`, if anything."""
+    """What is wrong with the options (`--threads`, `--memory-limit`, the segments'), if
+    anything."""
     if args.threads is not None and args.threads < 1:
         return f"--threads {args.threads}: must be 1 or more"
     if args.memory_limit is not None and not MEMORY_LIMIT.fullmatch(args.memory_limit):
         return f"--memory-limit {args.memory_limit}: give an amount such as 6GB or 512MB"
+    if args.segment_rows is not None and args.segment_rows < 1:
+        return f"--segment-rows {args.segment_rows}: must be 1 or more"
+    if args.keep is not None and not args.keep >= 0:
+        return f"--keep {args.keep}: must be 0 days or more"
+    if args.segment_minutes is not None and not args.segment_minutes > 0:
+        return f"--segment-minutes {args.segment_minutes}: must be more than 0"
+    if _segment_policy(args) is None and (args.keep is not None or args.segment_dir):
+        return "--keep and --segment-dir need a segmented run (--segment-rows or --segment-minutes)"
     return None
 
 
@@ -160,6 +208,7 @@ def _receiver(
         allow_remote=args.allow_remote,
         token=engine_token(),
         limits=state.limits,
+        segments=_segment_policy(args),
         **({"threads": args.threads} if args.threads is not None else {}),
         **({"memory_limit": args.memory_limit} if args.memory_limit is not None else {}),
     )

@@ -46,6 +46,7 @@ from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
 from collector.model.rejected_message import RejectedMessage
 from collector.store.live_copy import LiveCopy
 from collector.store.run_file import RunConfig, RunStore, StoreError
+from collector.store.segments import SegmentPolicy, Segments
 from collector.vllm_kv.conflicts import HashConflictDetector
 from collector.vllm_kv.ingest import append_vllm_batches
 from engine_hooks.events import Drop, Event
@@ -111,8 +112,11 @@ class Receiver:
         threads: int = INGEST_THREADS,
         memory_limit: str = INGEST_MEMORY_LIMIT,
         limits: Limits | None = None,
+        segments: SegmentPolicy | None = None,
     ) -> None:
         self.run_path = run_path
+        self._segment_policy = segments  # a segmented run (segments.py)
+        self._segments: Segments | None = None
         self.limits = limits or Limits()
         self.threads = threads
         self.memory_limit = memory_limit
@@ -131,10 +135,10 @@ class Receiver:
         self._encoder = msgspec.msgpack.Encoder()
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
             self.store = self._open(RunStore.resume(run_path))
-            for engine, (next_seq, last_ts_ns) in self.store.stream_positions().items():
+            for engine, (next_seq, last_ts_ns) in self.store.resumed.streams.items():
                 self.stats.engines[engine] = _EngineStream(next_seq, last_ts_ns)
             for source in kv_event_sources:
-                source.resume_at(self.store.next_vllm_kv_batch())
+                source.resume_at(self.store.resumed.next_vllm_kv_batch)
         self._listener = Listener(endpoint, allow_remote=allow_remote, token=token)
         self._socket = self._listener.socket
         self._last_snapshot = time.monotonic()
@@ -150,6 +154,8 @@ class Receiver:
         store.limit_threads(self.threads)
         store.limit_memory(self.memory_limit)
         self._live_copy = LiveCopy(store, self.threads, self.memory_limit)
+        if self._segment_policy is not None:
+            self._segments = Segments(store, self._segment_policy, self._live_copy)
         return store
 
     def serve(self, stop: threading.Event, idle_exit_s: float | None = None) -> None:
@@ -165,6 +171,8 @@ class Receiver:
                     or time.monotonic() - self._first_unacknowledged_at >= self.commit_interval_s
                 ):
                     self._commit()
+                    if self._segments is not None:
+                        self._segments.close_if_due()
                 if received:
                     last_batch_at = time.monotonic()
                 elif (

@@ -35,6 +35,10 @@ class DerivedTables:
         for _, step in self.steps(rebuild):
             step()
 
+    def rows_removed(self) -> None:
+        """The record tables' rows were deleted: the eviction ages fold on from none."""
+        self._eviction_ages.rows_removed()
+
     def steps(self, rebuild: bool) -> list[Step]:
         """What `refresh` does, in order, each named by what it derives."""
         steps: list[Step] = [("eviction ages", partial(self._eviction_ages.fold, self._connection))]

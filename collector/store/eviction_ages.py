@@ -138,7 +138,14 @@ class EvictionAges:
     not folded yet."""
 
     def __init__(self) -> None:
-        self.num_folded = 0  # event rows folded in; rows are never deleted, so row ids grow
+        self.num_folded = 0  # event rows folded in; rows are deleted only by `rows_removed`
+        self._state_made = False
+
+    def rows_removed(self) -> None:
+        """Every event row was deleted (a segment closed, segments.py) and the file
+        checkpointed: the rows that come next are folded from the first on, onto the state
+        the deleted ones left."""
+        self.num_folded = 0
 
     def fold(self, connection: duckdb.DuckDBPyConnection) -> None:
         """Fill the ages of the evictions among the new event rows, in one transaction."""
@@ -150,9 +157,9 @@ class EvictionAges:
             return
         connection.begin()
         try:
-            if first == 0:
+            if not self._state_made:
                 connection.execute(_CREATE_STATE)
-            elif _count(connection, _OUT_OF_ORDER, first):
+            elif first > 0 and _count(connection, _OUT_OF_ORDER, first):
                 connection.execute(_CREATE_STATE)
                 first = 0
             connection.execute(_FILL_AGES, {"first": first})
@@ -161,6 +168,7 @@ class EvictionAges:
             connection.rollback()
             raise
         connection.commit()
+        self._state_made = True
         self.num_folded = int(row[0])
 
 

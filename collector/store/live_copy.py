@@ -87,6 +87,12 @@ class LiveCopy:
         if self._worker is not None:
             self._worker.join()
 
+    def start_over(self) -> None:
+        """Wait for the copy being made (if any); the next is built whole, not carried over
+        from it: the rows it was made of left the run file (a segment closed, segments.py)."""
+        self.wait()
+        self._previous = None
+
     def close(self) -> None:
         """Stop the copy being made (if any) and remove what it left half-made."""
         self._closing = True

@@ -20,13 +20,14 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from collector.store.cache_mirror import BLOCK_STATES_SQL, CacheMirrors
+from collector.store.cache_mirror import CacheMirrors
 from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.derived_tables import DerivedTables, Step, rebuild_steps
 from collector.store.file_bytes import FileBytes
 from collector.store.ingest import to_batch
 from collector.store.integrity import damage_met, record_contents
 from collector.store.parquet_dataset import dataset_connection, is_dataset
+from collector.store.resume_point import ResumePoint, resume_point
 from collector.store.run_config import RunConfig, create_run_file
 from collector.store.run_opening import (
     ATTACHED_AS,
@@ -39,6 +40,7 @@ from collector.store.run_opening import (
     live_copy_path,
     open_checked,
 )
+from collector.store.segmented_run import open_run
 from engine_hooks.events import Event
 
 # What the store's readers import from here, opening's names among them (run_opening.py).
@@ -79,7 +81,7 @@ class RunFile:
         version this kvscope reads; or a run exported as a Parquet dataset, read only."""
         if is_dataset(path):
             return cls.open_dataset([path])
-        return cls(open_checked(path, read_only), path)
+        return cls(*open_run(path, read_only))  # or a segmented run (segmented_run.py)
 
     @classmethod
     def open_dataset(cls, directories: Sequence[Path]) -> Self:
@@ -93,7 +95,7 @@ class RunFile:
         collector replaces the copy under the same name, and DuckDB hands a connection to
         a path the database it already has open there, while any connection to it lives:
         the copy before. So each copy is attached to a database of its own."""
-        return cls(open_checked(path, read_only=True, own_database=True), path, attached=True)
+        return cls(*open_run(path, read_only=True, own_database=True))
 
     def rows(self, sql: str, parameters: Parameters = None) -> list[tuple[Any, ...]]:
         with self._reading():
@@ -170,8 +172,11 @@ class RunFile:
 class RunStore(RunFile):
     """A run file open for writing: created (`create`) or an unfinished one resumed."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
-        super().__init__(connection, path)
+    def __init__(
+        self, connection: duckdb.DuckDBPyConnection, path: Path, attached: bool = False
+    ) -> None:
+        super().__init__(connection, path, attached)
+        self.resumed = ResumePoint()  # where a resumed run goes on (resume_point.py)
         self._pending: list[Event] = []
         row = self.row("SELECT num_blocks FROM runs")
         self._mirrors = CacheMirrors(int(row[0]) if row and row[0] else 0)
@@ -196,12 +201,15 @@ class RunStore(RunFile):
     def resume(cls, path: Path) -> Self:
         """Open a run its collector never finished (killed) to write on; refuse a finished
         one, as kvscope never overwrites runs."""
-        open_checked(path, read_only=True).close()  # a damaged one before a byte is written
+        with RunFile.open(path) as run:  # checked before a byte is written; segmented: whole
+            point = resume_point(run)
         store = cls(open_checked(path, read_only=False), path)
         if store.finished:
             store.close()
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
-        store._mirrors.restore(store.frame(BLOCK_STATES_SQL))
+        if point.block_states is not None:
+            store._mirrors.restore(point.block_states)
+        store.resumed = point
         return store
 
     @property
@@ -209,26 +217,6 @@ class RunStore(RunFile):
         """Where the run's settings came from: "engine", "replay", "vllm-kv-events"."""
         row = self.row("SELECT source FROM runs")
         return str(row[0]) if row else ""
-
-    def stream_positions(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """Per engine and DP rank: the record number after the last one stored, and the
-        newest record's time."""
-        rows = self.rows(
-            "SELECT engine_id, dp_rank, max(seq) + 1, max(ts_ns) FROM ("
-            " SELECT engine_id, dp_rank, seq, ts_ns FROM events"
-            " UNION ALL SELECT engine_id, dp_rank, seq, ts_ns FROM pool"
-            " UNION ALL SELECT engine_id, dp_rank, seq, ts_ns FROM collisions)"
-            " WHERE engine_id IS NOT NULL GROUP BY ALL"
-        )
-        return {
-            (str(engine), int(rank or 0)): (int(next_seq), int(last_ts_ns))
-            for engine, rank, next_seq, last_ts_ns in rows
-        }
-
-    def next_vllm_kv_batch(self) -> int:
-        """The number of the vLLM KV event batch after the last one stored."""
-        row = self.row("SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches")
-        return int(row[0]) if row else 0
 
     def update_config(self, config: RunConfig) -> None:
         """Replace the run's settings, keeping its id and start (and the options it had)."""
@@ -292,6 +280,10 @@ class RunStore(RunFile):
             connection.rollback()
             raise
         connection.commit()
+
+    def rows_removed(self) -> None:
+        """The record tables' rows were deleted and checkpointed (segments.py)."""
+        self._derived.rows_removed()
 
     def refresh_derived(self, rebuild: bool = False) -> None:
         """Flush, then fold the rows new since the last refresh into the eviction ages, and
