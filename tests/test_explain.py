@@ -174,6 +174,14 @@ def _old_schema(path: Path) -> None:
 
 
 def _no_table(path: Path) -> None:
+    """A run of schema version 9 made before its miss causes were stored (in a current
+    version's run a missing table is damage, and said so)."""
+    with duckdb.connect(str(path)) as connection:
+        connection.execute("DROP TABLE lookup_causes")
+        connection.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+
+
+def _damaged(path: Path) -> None:
     with duckdb.connect(str(path)) as connection:
         connection.execute("DROP TABLE lookup_causes")
 
@@ -194,6 +202,10 @@ BAD_RUNS: dict[str, tuple[Any, str]] = {
     "no lookup_causes": (
         _no_table,
         "the run predates miss causes (it lacks their table, lookup_causes): replay its trace",
+    ),
+    "current without lookup_causes": (
+        _damaged,
+        "the run file is damaged: tables missing: lookup_causes",
     ),
     "missing": (None, "no such run file"),
 }
