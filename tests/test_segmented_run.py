@@ -24,6 +24,7 @@ from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_pat
 from collector.store.segmented_run import RETENTION_KEY
 from collector.store.segments import SegmentPolicy, Segments
 from engine_hooks import Event
+from tests.support.app import start
 from tests.support.block_manager import sample_engine_steps
 from tests.support.engine import (
     collector_process,
@@ -254,3 +255,18 @@ def engines_in_view(run: Path) -> int:
     with view:
         row = view.row("SELECT count(DISTINCT engine_id) FROM events")
     return int(row[0]) if row else 0
+
+
+def test_the_app_shows_a_segmented_run_as_the_run_in_one_file(
+    collected: dict[str, tuple[Path, str]],
+) -> None:
+    (plain, _), (segmented, _) = collected["plain"], collected["segmented"]
+
+    def overview(run: Path) -> list[tuple[str, str]]:
+        app = start(run)
+        assert not app.error, [error.value for error in app.error]
+        return [(metric.label, metric.value) for metric in app.metric]
+
+    shown = overview(segmented)
+    assert ("Requests", "75") in shown
+    assert shown == overview(plain)
