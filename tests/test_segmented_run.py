@@ -187,8 +187,14 @@ def test_retention_drops_the_oldest_segments_and_says_so(
         assert run_summary(retained)["requests"] < run_summary(one)["requests"]
 
 
-def test_retention_and_a_segment_folder_need_a_segmented_run(tmp_path: Path) -> None:
-    for options in (["--keep", "3"], ["--segment-dir", str(tmp_path)], ["--segment-rows", "0"]):
+def test_bad_segment_options_are_refused_in_one_line(tmp_path: Path) -> None:
+    for options in (
+        ["--keep", "3"],
+        ["--keep-size", "3GB"],
+        ["--segment-dir", str(tmp_path)],
+        ["--segment-rows", "0"],
+        ["--segment-rows", "10", "--keep-size", "lots"],
+    ):
         result = subprocess.run(
             [sys.executable, "-m", "collector.cli", "collect", "--db", "r.duckdb", *options],
             cwd=tmp_path,
@@ -270,3 +276,38 @@ def test_the_app_shows_a_segmented_run_as_the_run_in_one_file(
     shown = overview(segmented)
     assert ("Requests", "75") in shown
     assert shown == overview(plain)
+
+
+def test_retention_by_size_keeps_the_newest_segments_within_it(tmp_path: Path) -> None:
+    head = RunStore.create(tmp_path / "run.duckdb", config("sized"))
+    lines: list[str] = []
+    segments = Segments(head, SegmentPolicy(rows=1_000), log=lines.append)
+    for records in two_engines(20):
+        head.append(records)
+        head.flush()
+        segments.close_if_due()
+    manifests = [
+        json.loads(path.read_text()) for path in sorted(segments.directory.glob("manifests/*"))
+    ]
+    assert len(manifests) == segments.next > 3
+    sizes = [sum(entry["bytes"] for entry in m["files"].values()) for m in manifests]
+    segments.drop_beyond(sizes[-1] + sizes[-2])  # room for the newest two
+    assert (segments.first, segments.next) == (len(manifests) - 2, len(manifests))
+    assert f"retention: segments 0 to {len(manifests) - 3} dropped" in lines[-1]
+    assert "(--keep-size)" in lines[-1]
+    kept = sum(
+        entry["rows"]
+        for m in manifests[-2:]
+        for name, entry in m["files"].items()
+        if name.startswith("events/")
+    )
+    open_rows = head.row("SELECT count(*) FROM events")
+    head.finalize()
+    head.close()
+    assert len(list(segments.directory.glob("manifests/*"))) == 2
+    assert len(list(segments.directory.glob("events/**/*.parquet"))) == 2 * 2  # two engines
+    with RunFile.open(head.path) as run:
+        assert open_rows is not None
+        assert run.row("SELECT count(*) FROM events") == (kept + open_rows[0],)
+        row = run.row("SELECT value FROM meta WHERE key = ?", [RETENTION_KEY])
+        assert row is not None and "(--keep-size)" in row[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import threading
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from collector.live.live_state import LiveState
     from collector.live.receiver import Receiver, ReceiverStats
     from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
+
+_SIZE = re.compile(r"(?P<amount>\d+(\.\d+)?)\s*(?P<unit>[KMGT](?P<binary>i)?B)", re.IGNORECASE)
 
 
 def register(commands: Any) -> None:
@@ -129,13 +132,32 @@ def _add_segment_options(parser: argparse.ArgumentParser) -> None:
         metavar="DAYS",
         help="a segmented run: drop the closed segments closed more than DAYS days ago",
     )
+    parser.add_argument(
+        "--keep-size",
+        metavar="SIZE",
+        help="a segmented run: drop the oldest closed segments while those kept hold more "
+        "than SIZE of Parquet, e.g. 200GB",
+    )
 
 
 def _segment_policy(args: argparse.Namespace) -> SegmentPolicy | None:
     """The segmented run asked for, if any."""
     if args.segment_rows is None and args.segment_minutes is None:
         return None
-    return SegmentPolicy(args.segment_rows, args.segment_minutes, args.segment_dir, args.keep)
+    return SegmentPolicy(
+        args.segment_rows, args.segment_minutes, args.segment_dir, args.keep, _bytes(args.keep_size)
+    )
+
+
+def _bytes(size: str | None) -> int | None:
+    """A size such as 200GB (10^9 bytes a GB) or 512MiB (2^20 a MiB) in bytes; None for
+    none, and for one that is not a size (`_usage_problem` says so)."""
+    found = _SIZE.fullmatch(size or "")
+    if found is None:
+        return None
+    prefix, binary = found["unit"][0].upper(), bool(found["binary"])
+    power = "KMGT".index(prefix) + 1
+    return int(float(found["amount"]) * ((1024 if binary else 1000) ** power))
 
 
 def _run_collect(args: argparse.Namespace) -> int:
@@ -183,8 +205,15 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--keep {args.keep}: must be 0 days or more"
     if args.segment_minutes is not None and not args.segment_minutes > 0:
         return f"--segment-minutes {args.segment_minutes}: must be more than 0"
-    if _segment_policy(args) is None and (args.keep is not None or args.segment_dir):
-        return "--keep and --segment-dir need a segmented run (--segment-rows or --segment-minutes)"
+    if args.keep_size is not None and _bytes(args.keep_size) is None:
+        return f"--keep-size {args.keep_size}: give a size such as 200GB or 512MB"
+    if _segment_policy(args) is None and (
+        args.keep is not None or args.keep_size is not None or args.segment_dir
+    ):
+        return (
+            "--keep, --keep-size and --segment-dir need a segmented run (--segment-rows or "
+            "--segment-minutes)"
+        )
     return None
 
 

@@ -45,12 +45,14 @@ UNNAMED_ENGINE = "unnamed"
 @dataclass(frozen=True)
 class SegmentPolicy:
     """When the open segment closes (rows, minutes: whichever comes first), where closed
-    segments go (None: `RUN.duckdb.segments` beside the head), and how long they are kept."""
+    segments go (None: `RUN.duckdb.segments` beside the head), and how long (days) and how
+    much (bytes of Parquet) of them is kept."""
 
     rows: int | None = None
     minutes: float | None = None
     directory: Path | None = None
     keep_days: float | None = None
+    keep_bytes: int | None = None
 
 
 def default_directory(head: Path) -> Path:
@@ -146,12 +148,32 @@ class Segments:
         self._log(f"kvscope collect: segment {number} closed: {rows:,} event rows, {stem}")
         if self._policy.keep_days is not None:
             self.drop_older_than(closed_at - timedelta(days=self._policy.keep_days))
+        if self._policy.keep_bytes is not None:
+            self.drop_beyond(self._policy.keep_bytes)
 
     def drop_older_than(self, cutoff: datetime) -> None:
-        """Drop the closed segments closed before `cutoff` (UTC): the head stops counting
-        them first, then their manifests and files go."""
+        """Drop the closed segments closed before `cutoff` (UTC)."""
         manifests = [self._manifest(number) for number in range(self.first, self.next)]
         old = [m for m in manifests if m and datetime.fromisoformat(m["closed_at"]) < cutoff]
+        days = f"--keep {self._policy.keep_days:g} days"
+        self._drop(old, f"closed before {cutoff.isoformat(timespec='seconds')} ({days})")
+
+    def drop_beyond(self, limit: int) -> None:
+        """Drop the oldest closed segments until those kept hold at most `limit` bytes."""
+        manifests = [self._manifest(number) for number in range(self.first, self.next)]
+        manifests = [manifest for manifest in manifests if manifest]
+        held = sum(_bytes(manifest) for manifest in manifests)
+        old = []
+        for manifest in manifests:
+            if held <= limit:
+                break
+            old.append(manifest)
+            held -= _bytes(manifest)
+        self._drop(old, f"beyond {limit:,} bytes of closed segments (--keep-size)")
+
+    def _drop(self, old: list[dict[str, Any]], why: str) -> None:
+        """Drop the closed segments `old` (the oldest kept, in order): the head stops
+        counting them first, then their manifests and files go."""
         if not old:
             return
         first = max(int(m["segment"]) for m in old) + 1
@@ -159,8 +181,7 @@ class Segments:
         note = (
             f"segments {self.first} to {first - 1} dropped at "
             f"{datetime.now(UTC).replace(tzinfo=None).isoformat(timespec='seconds')}: "
-            f"{rows:,} event rows closed before {cutoff.isoformat(timespec='seconds')} "
-            f"(--keep {self._policy.keep_days:g} days)"
+            f"{rows:,} event rows {why}"
         )
         self._in_one_transaction([], {FIRST_KEY: str(first), RETENTION_KEY: note})
         self._store.checkpoint()
@@ -247,6 +268,11 @@ def _entry(store: RunStore, file: Path) -> dict[str, Any]:
     with file.open("rb") as handle:
         digest = hashlib.file_digest(handle, "blake2b").hexdigest()
     return {"bytes": file.stat().st_size, "rows": int(row[0]) if row else 0, "blake2b": digest}
+
+
+def _bytes(manifest: dict[str, Any]) -> int:
+    """The bytes of a closed segment's files."""
+    return sum(int(entry["bytes"]) for entry in manifest["files"].values())
 
 
 def _write_json(path: Path, value: object) -> None:
