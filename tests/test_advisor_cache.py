@@ -47,7 +47,7 @@ def test_a_second_advice_replays_nothing_and_says_the_same(
     assert len(list((tmp_path / "advisor").glob("*.json"))) == 5
     # Progress: the run first, then every rule's outcome, numbered.
     lines = warm_progress.splitlines()
-    assert lines[0] == f"advising on {SAMPLE_RUN}: 13 rules to check"
+    assert lines[0] == f"advising on {SAMPLE_RUN}: 14 rules to check"
     assert lines[1].startswith("  [1/13] cache-size: fired (")
     assert lines[-2].startswith("  [13/13] routing: ")
     assert lines[-1] == "the advice kept in kvscope's cache folder"

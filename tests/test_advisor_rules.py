@@ -521,6 +521,7 @@ def test_every_rule_has_a_test_here() -> None:
         "cache-policy",
         "cpu-tier",
         "routing",  # tests/test_advisor_routing.py
+        "hybrid-alignment",  # tests/test_advisor_hybrid.py
     }
     assert {name for name, _ in RULES} == tested
 

@@ -6,8 +6,9 @@ the same numbers.
 Which rule quotes which cause: `per-request-salt` the key mismatches of another cache salt,
 `lora-split` those of another LoRA adapter, `dynamic-field` the diverged tokens (and its
 family's part of them), `cache-size` (growing) and `eviction-regret` the evicted tokens and
-those preemption lost, `routing` the tokens cached on another engine. A rule quotes what the
-breakdown says, 0 tokens included: it does not decide whether the rule fires.
+those preemption lost, `routing` the tokens cached on another engine, `hybrid-alignment`
+the tokens cut short by another KV cache group. A rule quotes what the breakdown says, 0
+tokens included: it does not decide whether the rule fires.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from collector.advisor.context import RunContext
 from collector.advisor.cpu_tier import cpu_tier
 from collector.advisor.dynamic_field import dynamic_field
 from collector.advisor.hash_algo import hash_algorithm
+from collector.advisor.hybrid_alignment import hybrid_alignment
 from collector.advisor.lora import lora_split
 from collector.advisor.pool_pressure import eviction_regret, low_free_blocks
 from collector.advisor.routing import routing
@@ -43,6 +44,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("cache-policy", cache_policy),
     ("cpu-tier", cpu_tier),
     ("routing", routing),
+    ("hybrid-alignment", hybrid_alignment),
 )
 
 
