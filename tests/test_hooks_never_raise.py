@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,13 @@ from engine_hooks.hooks import KVCacheHooks
 from engine_hooks.privacy import Pseudonymizer
 from engine_hooks.scheduler_hooks import SchedulerHooks
 from engine_hooks.vllm_api import model_runner_output
-from tests.support.engine import BLOCK_SIZE, collector_process, make_scheduler, workload
+from tests.support.engine import (
+    BLOCK_SIZE,
+    collector_process,
+    make_scheduler,
+    stop_collector,
+    workload,
+)
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own code: runs on every supported version
@@ -231,9 +236,13 @@ def test_a_capture_whose_hook_fails_records_why_in_the_run(
                     output, model_runner_output(ids, sampled_token_ids=[[7] for _ in ids])
                 )
         assert capture.hooks.failure == "BlockPool.touch: ValueError: injected"
+        transport = capture.transport
         scheduler.shutdown()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        delivery = (
+            f"{transport.num_sent} records sent, {transport.num_delivered} records delivered, "
+            f"{transport.num_dropped} dropped, connected: {transport.connected}"
+        )
+        collector_output = stop_collector(process)
     summary = subprocess.run(
         [sys.executable, "-m", "collector.cli", "summary", str(run_path), "--json"],
         cwd=REPO,
@@ -241,7 +250,7 @@ def test_a_capture_whose_hook_fails_records_why_in_the_run(
         text=True,
         check=False,
     )
-    assert summary.returncode == 0, summary.stderr
+    assert summary.returncode == 0, f"{summary.stderr}\n{delivery}\n{collector_output}"
     figures = json.loads(summary.stdout)
     engine = capture.config.engine_id
     assert figures["capture_stopped"] == f"{engine} dp0: BlockPool.touch: ValueError: injected"
