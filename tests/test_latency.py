@@ -1,7 +1,7 @@
 """Latency by hit share (collector/queries/latency.py) on the sample run, a replay through
 vLLM's Scheduler: every request's modelled queue time and TTFT follow from its own records,
-the percentiles by bucket from those, `kvscope summary --json` carries them, and the Overview
-says them in a sentence, labelled modelled."""
+the percentiles by bucket from those, `kvscope summary --json` carries them, the Overview
+says them in a sentence, labelled modelled, and the Requests page times the request it shows."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pytest
 from collector.cli import main
 from collector.queries.latency import BUCKETS, Latency, latency_sentence, request_latency
 from collector.store.run_file import RunFile
-from tests.support.app import start
+from tests.support.app import go_to, start
 from tests.support.repo import SAMPLE_RUN
+
+PREEMPTED = "report-14"  # in the sample: its first admission diverged, then it was preempted
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +80,15 @@ def test_the_overview_says_it_in_a_sentence(latency: Latency) -> None:
     assert "Latency by hit share (modelled)" in subheaders
     shown = [element.value for element in app.markdown]
     assert latency_sentence(latency) in shown
+
+
+def test_the_requests_page_times_the_request_it_shows(latency: Latency) -> None:
+    app = go_to(start(SAMPLE_RUN, timeout_s=180), "views/requests.py")
+    app.text_input(key="requests_search").input(PREEMPTED).run()
+    assert not app.exception, app.exception
+    row = latency.requests.set_index("request_id").loc[PREEMPTED]
+    timing = (
+        f"Queued {row.queue_ms:,.1f} ms, first token after {row.ttft_ms:,.1f} ms (modelled, "
+        f"{row.num_prefill_tokens:,} prompt tokens computed)."
+    )
+    assert any(caption.value.endswith(timing) for caption in app.caption), timing

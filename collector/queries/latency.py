@@ -10,7 +10,9 @@ token timed at the end of the step that gave it (collector/replay/scheduler_repl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -127,3 +129,17 @@ def latency_figures(latency: Latency) -> dict[str, object]:
         "requests": len(latency.requests),
         "by_hit_share": table.to_dict(orient="records"),
     }
+
+
+def request_times_ms(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """A `requests` row's queue time and TTFT in milliseconds, as `request_latency` counts
+    them (None where the request was never scheduled, or gave no token)."""
+    arrival = row["arrival_ns"]
+    if arrival is None:
+        return None, None
+    scheduled, first_token, age = row["first_scheduled_ns"], row["first_token_ns"], None
+    if first_token is not None:
+        age = row["first_token_age_ns"]
+        age = first_token - arrival if age is None else age
+    queue = None if scheduled is None else (scheduled - arrival) / NS_PER_MS
+    return queue, None if age is None else age / NS_PER_MS

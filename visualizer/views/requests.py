@@ -14,6 +14,7 @@ import streamlit as st
 from collector.model.nicknames import nickname, nicknames
 from collector.queries import request_search
 from collector.queries.config import run_config
+from collector.queries.latency import request_times_ms
 from collector.queries.miss_causes import CAUSE_NAMES, CAUSES, lookup_causes, request_block_causes
 from collector.queries.timeline import time_grid
 from collector.safe_text import markdown_text
@@ -138,10 +139,18 @@ def _described(run: RunFile, row: dict[str, Any]) -> str:
     tenant = nickname(row["tenant"]) if isinstance(row["tenant"], str) else "none"
     lora = nickname(row["lora"]) if isinstance(row["lora"], str) else "none"
     salted = "salted" if isinstance(row["salt_hash"], str) else "no cache salt"
+    queue_ms, ttft_ms = request_times_ms(row)
+    timing = ""
+    if queue_ms is not None and ttft_ms is not None:
+        clock = "measured" if run_config(run)["source"] == "engine" else "modelled"
+        timing = (
+            f" Queued {queue_ms:,.1f} ms, first token after {ttft_ms:,.1f} ms ({clock}, "
+            f"{row['num_prefill_tokens']:,} prompt tokens computed)."
+        )
     return (
         f"Tenant {markdown_text(tenant)}, adapter {markdown_text(lora)}, {salted}; arrived at "
         f"{(row['arrival_ns'] - origin) / 1e9:,.2f} s; {row['num_prompt_tokens']:,} prompt "
-        f"tokens, {_count(row['num_preemptions'] or 0, 'preemption')}."
+        f"tokens, {_count(row['num_preemptions'] or 0, 'preemption')}.{timing}"
     )
 
 
