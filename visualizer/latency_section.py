@@ -16,9 +16,9 @@ NO_FIRST_TOKENS = (
     "before them, a replay that does not run vLLM's scheduler, or vLLM's KV events alone)."
 )
 MODELLED = (
-    "Modelled: the replay's clock, each step as long as its step model says (a fixed cost "
-    "plus one per token computed), each first token at the end of its step. A live capture "
-    "measures the engine's own."
+    "The replay's clock: each step as long as its step model says (a fixed cost plus one "
+    "per token computed), each first token at the end of its step. A live capture measures "
+    "the engine's own."
 )
 
 
