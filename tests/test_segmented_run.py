@@ -311,3 +311,40 @@ def test_retention_by_size_keeps_the_newest_segments_within_it(tmp_path: Path) -
         assert run.row("SELECT count(*) FROM events") == (kept + open_rows[0],)
         row = run.row("SELECT value FROM meta WHERE key = ?", [RETENTION_KEY])
         assert row is not None and "(--keep-size)" in row[0]
+
+
+def test_a_head_resumed_after_a_kill_ages_its_evictions_from_the_closed_segments(
+    tmp_path: Path,
+) -> None:
+    """A segmented run whose writer stopped without finishing (as SIGKILL leaves it: rows
+    committed, some evictions not yet aged) and was resumed: the evictions whose store is
+    in a closed segment get their ages, and the run equals one written in one go."""
+    steps = two_engines(60)
+    plain = RunStore.create(tmp_path / "plain.duckdb", config("plain"))
+    for records in steps:
+        plain.append(records)
+    plain.finalize()
+    plain.close()
+    head = RunStore.create(tmp_path / "run.duckdb", config("killed"))
+    segments = Segments(head, SegmentPolicy(rows=400), log=lambda _: None)
+    half = len(steps) // 2
+    for number, records in enumerate(steps[:half]):
+        head.append(records)
+        if number % 5 == 0:
+            head.flush()
+            segments.close_if_due()
+    head.flush()  # committed, and not folded: no ages yet for the open segment's evictions
+    unaged = head.row("SELECT count(*) FROM events WHERE kind = 'evict' AND age_ns IS NULL")
+    assert unaged is not None and unaged[0] > 0 and segments.next > 3
+    head.close()
+    head = RunStore.resume(head.path)
+    segments = Segments(head, SegmentPolicy(rows=400), log=lambda _: None)
+    for number, records in enumerate(steps[half:]):
+        head.append(records)
+        if number % 5 == 0:
+            head.flush()
+            segments.close_if_due()
+    head.finalize()
+    head.close()
+    with RunFile.open(plain.path) as one, RunFile.open(head.path) as resumed:
+        assert figures(resumed) == figures(one)

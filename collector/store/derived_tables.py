@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 
 import duckdb
+import pandas as pd
 
 from collector.store.copy_carry import CopyCarry, PreviousCopy
 from collector.store.eviction_ages import EvictionAges
@@ -34,6 +35,10 @@ class DerivedTables:
         `rebuild`."""
         for _, step in self.steps(rebuild):
             step()
+
+    def seed_eviction_ages(self, state: pd.DataFrame) -> None:
+        """Fold the eviction ages onto `state` (a segmented run's closed segments')."""
+        self._eviction_ages.seed(self._connection, state)
 
     def rows_removed(self) -> None:
         """The record tables' rows were deleted: the eviction ages fold on from none."""

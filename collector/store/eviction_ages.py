@@ -19,6 +19,7 @@ the whole file once.
 from __future__ import annotations
 
 import duckdb
+import pandas as pd
 
 # The rows a fold reads: the store, hit and evict rows from event row $first on.
 _FRESH = """
@@ -131,6 +132,20 @@ _FOLD_STATE = f"""
     FULL JOIN latest USING (engine, rank, block_id)
     LEFT JOIN new_hits USING (engine, rank, block_id)
 """
+# The state a segmented run's closed segments leave (the view `closed_events`,
+# segmented_run.py), folded onto none: where a collector resumed on its head starts from
+# (resume_point.py); then its own rows are folded onto it.
+CLOSED_STATE_SQL = (
+    _CREATE_STATE,
+    _FOLD_STATE.replace(
+        _FRESH,
+        _FRESH.replace("rowid AS row_id", "0 AS row_id").replace(
+            "FROM events\n        WHERE rowid >= $first AND", "FROM closed_events\n        WHERE"
+        ),
+    ),
+    "SELECT * FROM temp.eviction_state",
+)
+assert "FROM closed_events" in CLOSED_STATE_SQL[1]  # the fold's rows replaced
 
 
 class EvictionAges:
@@ -140,6 +155,14 @@ class EvictionAges:
     def __init__(self) -> None:
         self.num_folded = 0  # event rows folded in; rows are deleted only by `rows_removed`
         self._state_made = False
+
+    def seed(self, connection: duckdb.DuckDBPyConnection, state: pd.DataFrame) -> None:
+        """Start from `state` (CLOSED_STATE_SQL's rows), folding the rows from the first on."""
+        connection.execute(_CREATE_STATE)
+        connection.register("_seed", state)
+        connection.execute("INSERT INTO temp.eviction_state BY NAME SELECT * FROM _seed")
+        connection.unregister("_seed")
+        self.num_folded, self._state_made = 0, True
 
     def rows_removed(self) -> None:
         """Every event row was deleted (a segment closed, segments.py) and the file

@@ -1,7 +1,8 @@
 """Where a collector killed in the middle of a run goes on (`ResumePoint`): each engine's
 next record number and newest time, the next vLLM KV event batch, and the blocks each
 engine's cache held (cache_mirror.py), read from the whole run, a segmented run's closed
-segments included (segmented_run.py), before the run file is opened to write on."""
+segments included (segmented_run.py), before the run file is opened to write on; and, for a
+segmented run, the eviction ages' state its closed segments leave (eviction_ages.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any, Protocol
 import pandas as pd
 
 from collector.store.cache_mirror import BLOCK_STATES_SQL
+from collector.store.eviction_ages import CLOSED_STATE_SQL
+from collector.store.segmented_run import CLOSED_EVENTS
 
 _STREAMS_SQL = (
     "SELECT engine_id, dp_rank, max(seq) + 1, max(ts_ns) FROM ("
@@ -43,6 +46,8 @@ class ResumePoint:
     streams: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     next_vllm_kv_batch: int = 0
     block_states: pd.DataFrame | None = None
+    # A segmented run's: the eviction ages' state its closed segments leave.
+    eviction_state: pd.DataFrame | None = None
 
 
 def resume_point(run: _Run) -> ResumePoint:
@@ -52,4 +57,10 @@ def resume_point(run: _Run) -> ResumePoint:
         for engine, rank, next_seq, last_ts_ns in run.rows(_STREAMS_SQL)
     }
     batches = run.rows("SELECT coalesce(max(seq) + 1, 0) FROM vllm_kv_batches")
-    return ResumePoint(streams, int(batches[0][0]), run.frame(BLOCK_STATES_SQL))
+    point = ResumePoint(streams, int(batches[0][0]), run.frame(BLOCK_STATES_SQL))
+    segmented = run.rows("SELECT 1 FROM duckdb_views() WHERE view_name = ?", [CLOSED_EVENTS])
+    if segmented:
+        for statement in CLOSED_STATE_SQL[:-1]:
+            run.rows(statement)
+        point.eviction_state = run.frame(CLOSED_STATE_SQL[-1])
+    return point

@@ -209,6 +209,8 @@ class RunStore(RunFile):
             raise StoreError(f"{path}: a finished run; kvscope does not overwrite runs")
         if point.block_states is not None:
             store._mirrors.restore(point.block_states)
+        if point.eviction_state is not None:  # segmented: its closed segments' state
+            store._derived.seed_eviction_ages(point.eviction_state)
         store.resumed = point
         return store
 

@@ -35,6 +35,7 @@ DIR_KEY, FIRST_KEY, NEXT_KEY = "segments_dir", "segments_first", "segments_next"
 RETENTION_KEY = "retention"
 MANIFESTS = "manifests"
 HEAD = "head"  # the name the head is attached under
+CLOSED_EVENTS = "closed_events"  # a view of the closed segments' event rows alone
 
 
 def segment_stem(run_id: str, number: int) -> str:
@@ -103,6 +104,7 @@ def _whole_run(path: Path, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnec
             connection.execute(statement)  # the tables empty, for their columns and types
         for table in ("meta", "runs", *RECORD_TABLES):
             _replace_with_view(connection, table, files.get(table, []))
+        _replace_with_view(connection, "events", files.get("events", []), CLOSED_EVENTS)
         for statement in DERIVED_STATEMENTS:
             connection.execute(statement)
     except duckdb.Error as error:
@@ -112,18 +114,24 @@ def _whole_run(path: Path, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnec
     return connection
 
 
-def _replace_with_view(connection: duckdb.DuckDBPyConnection, table: str, files: list[str]) -> None:
-    """The empty table becomes a view of the same columns over the head's rows and `files`."""
+def _replace_with_view(
+    connection: duckdb.DuckDBPyConnection, table: str, files: list[str], name: str = ""
+) -> None:
+    """The empty table becomes a view of the same columns over the head's rows and `files`;
+    with `name`, a view of that name over `files` alone is made beside it."""
     columns = connection.execute(
         "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
         "AND table_name = ? ORDER BY column_index",
         [ATTACHED_AS, table],
     ).fetchall()
     select = ", ".join(f'CAST("{name}" AS {data_type}) AS "{name}"' for name, data_type in columns)
-    sources = [f"{HEAD}.main.{table}"]
+    sources = [] if name else [f"{HEAD}.main.{table}"]
     if files:
         names = ", ".join(path_literal(file) for file in files)
         sources.append(f"read_parquet([{names}], hive_partitioning = false, union_by_name = true)")
     body = " UNION ALL ".join(f"SELECT {select} FROM {source}" for source in sources)
-    connection.execute(f"DROP TABLE {table}")
-    connection.execute(f"CREATE VIEW {table} AS {body}")
+    if not name:
+        connection.execute(f"DROP TABLE {table}")
+    connection.execute(
+        f"CREATE VIEW {name or table} AS {body or f'SELECT {select} FROM {table} LIMIT 0'}"
+    )
