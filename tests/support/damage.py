@@ -257,7 +257,7 @@ RUN_FILE_DAMAGE: dict[str, Damage] = {
     "negative pool": Damage(sample_with("UPDATE runs SET num_blocks = -5"), "-5 blocks"),
     "events deleted after finishing": Damage(
         recorded_then("DELETE FROM events WHERE seq % 7 = 0", "CHECKPOINT"),
-        "events: 86,955 rows where the run recorded 101,427",
+        "events: 87,963 rows where the run recorded 101,927",
     ),
     "requests emptied after finishing": Damage(
         recorded_then("DELETE FROM requests", "CHECKPOINT"),
