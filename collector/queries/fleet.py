@@ -234,3 +234,30 @@ def duplication_summary(
         "peak_duplicated_gib": int(peak) * gib_per_block,
         "mean_duplicated_gib": float(mean) * gib_per_block,
     }
+
+
+def engine_starts(run: RunFile) -> pd.DataFrame:
+    """Where each engine (engine id x DP rank) starts and stops: `t_s` and `end_s` (seconds
+    from the run's first record) of its first and last records, and `pool_blocks`, its
+    usable pool as its first pool step
+    counts it (NULL: no pool steps); earliest first. Times are on the rollup grid's clock,
+    as the time-range slider's. A restarted engine is another engine
+    id (the hooks name it host:pid), so a restart shows as a new start; its block size is
+    not stored per engine."""
+    return run.frame(
+        f"""
+        WITH rows AS (
+            SELECT {_ENGINE}, ts_ns, NULL AS pool_blocks FROM events
+            UNION ALL
+            SELECT {_ENGINE}, ts_ns, num_free + num_in_use AS pool_blocks FROM pool
+        )
+        SELECT engine_id, dp_rank,
+            (min(ts_ns) - (SELECT start_ns FROM rollup_grid)) / 1e9 AS t_s,
+            (max(ts_ns) - (SELECT start_ns FROM rollup_grid)) / 1e9 AS end_s,
+            CAST(arg_min(pool_blocks, ts_ns) FILTER (WHERE pool_blocks IS NOT NULL) AS BIGINT)
+                AS pool_blocks
+        FROM rows
+        GROUP BY ALL
+        ORDER BY t_s, engine_id, dp_rank
+        """
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from collector.model.run_calendar import RunCalendar
 from collector.model.time_window import TimeGrid, TimeWindow
 from collector.store.run_file import RunFile
 
@@ -90,3 +91,11 @@ def time_grid(run: RunFile) -> TimeGrid:
     if row is None:
         raise LookupError("the run file has no rollup_grid row")
     return TimeGrid(*(int(value) for value in row))
+
+
+def run_calendar(run: RunFile) -> RunCalendar:
+    """The run's grid on the wall clock: its first record at the run's `started_at`."""
+    row = run.row("SELECT started_at FROM runs")
+    if row is None:
+        raise LookupError("the run file has no runs row")
+    return RunCalendar(time_grid(run), row[0])

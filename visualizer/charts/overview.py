@@ -108,3 +108,16 @@ def integrity_figure(points: pd.DataFrame) -> go.Figure:
         height=380,
         legend=LAYOUT["legend"] | {"y": -0.3},
     )
+
+
+def with_markers(figure: go.Figure, markers: pd.DataFrame) -> go.Figure:
+    """The figure with a dotted vertical line at each marker's `t_s`, named by its `label`
+    (where engines started: the run's settings may have changed there)."""
+    for t_s, label in zip(markers["t_s"], markers["label"], strict=True):
+        figure.add_vline(
+            x=t_s,
+            line={"color": COLORS["alarm"], "dash": "dot", "width": 1},
+            annotation_text=label,
+            annotation_position="top left",
+        )
+    return figure

@@ -14,12 +14,21 @@ from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
 from collector.queries.config import describe_source, run_config
-from collector.queries.fleet import num_engines
+from collector.queries.fleet import engine_starts, num_engines
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from collector.queries.summary import capture_stops, hit_ratio
+from collector.queries.timeline import run_calendar
 from collector.safe_text import markdown_text
 from collector.store.run_file import RunFile
-from visualizer import health_card, latency_section, miss_breakdown, page_selection, run_settings
+from visualizer import (
+    day_comparison,
+    engine_markers,
+    health_card,
+    latency_section,
+    miss_breakdown,
+    page_selection,
+    run_settings,
+)
 from visualizer.charts import overview as overview_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
@@ -56,14 +65,21 @@ def render() -> None:
     health_card.render(path)
     miss_breakdown.render(run, window)
     _metrics(figures, free_block_extremes(run, window=window))
+    day_comparison.render(run, window)
     latency_section.render(run)
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")
+    markers = engine_markers.engine_markers(engine_starts(run), window)
+    if not markers.empty:
+        st.caption(
+            "Engines started (a restart or a new engine: the settings may have changed): "
+            + markdown_text(engine_markers.marker_words(markers, run_calendar(run)), None)
+        )
     left, right = st.columns(2)
     if not points.empty:
         with left:
-            figure = overview_charts.hit_rate_figure(points)
+            figure = overview_charts.with_markers(overview_charts.hit_rate_figure(points), markers)
             show_chart(figure, points, key="overview_hit_rate")
             figure = overview_charts.activity_figure(points)
             show_chart(figure, points, key="overview_activity")

@@ -1,0 +1,182 @@
+"""History in the app: a run whose trace spans three days, replayed at its arrival times
+through vLLM's scheduler, read by day (the sidebar's day picker), the Overview's today
+against yesterday, and the markers where an engine (re)started with another pool."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.model.run_calendar import DAY_BEFORE, DAY_S, LAST_DAY, WHOLE_RUN, RunCalendar
+from collector.model.time_window import TimeGrid
+from collector.queries.fleet import engine_starts
+from collector.queries.timeline import run_calendar
+from collector.queries.window_comparison import compared_figures
+from collector.replay.block_manager import CacheSettings
+from collector.replay.workload import WorkloadShape, generate
+from collector.store.run_file import RunConfig, RunFile, RunStore
+from engine_hooks import Event
+from tests.support.app import metrics, start
+from tests.support.block_manager import sample_engine_steps, tiny_run
+from tests.support.fleet import BLOCK_SIZE, family_trace
+from visualizer.day_comparison import comparison_table
+from visualizer.engine_markers import engine_markers
+
+pytestmark = pytest.mark.vllm  # replays through vLLM's own scheduler
+
+NS = 1_000_000_000
+SHAPE = WorkloadShape(duration_s=3 * DAY_S, num_chats=20, num_rag_requests=80, num_reports=20)
+
+
+@pytest.fixture(scope="module")
+def three_days(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated workload's requests arriving over three days, replayed at their
+    arrival times (vLLM's scheduler on a modelled clock: seconds of wall time)."""
+    directory = tmp_path_factory.mktemp("three_days")
+    return tiny_run(directory, generate(SHAPE), block_size=16, num_blocks=200, timing="scheduler")
+
+
+def _requests_between(run: RunFile, start_ns: int, end_ns: int) -> int:
+    row = run.row(
+        "SELECT count(*) FROM events WHERE kind = 'lookup' AND NOT preempted "
+        "AND ts_ns >= $start AND ts_ns < $end",
+        {"start": start_ns, "end": end_ns},
+    )
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_three_day_grid_offers_its_days_snapped_to_buckets() -> None:
+    bucket_ns = 500 * NS
+    grid = TimeGrid(0, int(3 * DAY_S * NS) - 1, bucket_ns, 1)
+    calendar = RunCalendar(grid, datetime(2026, 12, 4, 18, 0))
+    ranges = calendar.ranges()
+    days = [label for label in ranges if label not in (WHOLE_RUN, LAST_DAY, DAY_BEFORE)]
+    assert days == ["Fri 04 Dec 2026", "Sat 05 Dec 2026", "Sun 06 Dec 2026", "Mon 07 Dec 2026"]
+    assert ranges[WHOLE_RUN] == (0.0, grid.span_s)
+    start, end = ranges["Sat 05 Dec 2026"]  # 6 h after the start, to 30 h after it
+    assert (start, end) == (22_000.0, 108_000.0)  # 500 s buckets inside the day
+    last, before = ranges[LAST_DAY], ranges[DAY_BEFORE]
+    assert last[1] == grid.span_s and before[1] == last[0]
+    assert last[1] - last[0] == before[1] - before[0] == 86_500.0  # 173 buckets
+    pair = calendar.before(grid.whole_run())
+    assert pair is not None
+    today, yesterday = pair
+    assert (today.start_s, today.end_s) == last and (yesterday.start_s, yesterday.end_s) == before
+    # the grid ends with its last whole bucket: 259,500 s, 300 s past the third day
+    assert calendar.span_words(*last) == "Sun 06 Dec 18:03 to Mon 07 Dec 18:05 UTC"
+
+
+def test_a_short_run_has_no_days_and_says_why_there_is_no_comparison() -> None:
+    app = start()
+    assert "time_range_days" not in [box.key for box in app.sidebar.selectbox]
+    (line,) = [c.value for c in app.caption if c.value.startswith("Today against yesterday")]
+    assert "not shown, the run spans 0.1 h and the comparison needs more than a day" in line
+
+
+def test_the_day_picker_selects_that_days_records(three_days: Path) -> None:
+    with RunFile.open(three_days) as run:
+        calendar = run_calendar(run)
+        grid = calendar.grid
+        ranges = calendar.ranges()
+    assert calendar.is_multi_day and 3 * DAY_S - 3600 < grid.span_s <= 3 * DAY_S + 3600
+    second_day = list(ranges)[4]  # the whole run, the last 24 h, the 24 h before, day 1, day 2
+    midnight = datetime.combine(calendar.started_at.date() + timedelta(days=1), datetime.min.time())
+    assert second_day == f"{midnight:%a %d %b %Y}"
+    app = start(three_days)
+    app.selectbox(key="time_range_days").set_value(second_day).run()
+    assert not app.exception, app.exception
+    start_s, end_s = app.slider(key="time_range").value
+    assert (start_s, end_s) == ranges[second_day]
+    # whole buckets inside the day: at most one bucket short at either end
+    assert 0 <= (calendar.wall(start_s) - midnight).total_seconds() < grid.bucket_s
+    assert 0 <= DAY_S - (calendar.wall(end_s) - midnight).total_seconds() < grid.bucket_s
+    window = grid.window(start_s, end_s)
+    with RunFile.open(three_days) as run:
+        requests = _requests_between(run, window.start_ns, window.end_ns)
+    assert requests > 0 and metrics(app)["Requests"] == f"{requests:,}"
+    assert f"{midnight:%a %d %b}" in app.sidebar.caption[0].value
+    # The slider moved by hand: the picker says so.
+    app.slider(key="time_range").set_range(0.0, grid.bucket_s * 10).run()
+    assert app.selectbox(key="time_range_days").value == "a range of your own"
+
+
+def test_today_against_yesterday_equals_each_days_own_queries(three_days: Path) -> None:
+    app = start(three_days)
+    (table,) = [frame.value for frame in app.dataframe if "figure" in frame.value.columns]
+    with RunFile.open(three_days) as run:
+        calendar = run_calendar(run)
+        pair = calendar.before(calendar.grid.whole_run())
+        assert pair is not None
+        today, yesterday = pair
+        expected = comparison_table(compared_figures(run, today), compared_figures(run, yesterday))
+        requests = [_requests_between(run, w.start_ns, w.end_ns) for w in (yesterday, today)]
+        tokens = run.row(
+            "SELECT sum(num_prompt_tokens) FILTER (WHERE ts_ns < $mid), "
+            "sum(num_prompt_tokens) FILTER (WHERE ts_ns >= $mid) FROM events "
+            "WHERE kind = 'lookup' AND NOT preempted AND ts_ns >= $start AND ts_ns < $end",
+            {"start": yesterday.start_ns, "mid": today.start_ns, "end": today.end_ns},
+        )
+    assert yesterday.end_ns == today.start_ns and today.is_whole_run is False
+    assert abs(today.duration_s - DAY_S) <= calendar.grid.bucket_s / 2
+    assert today.duration_s == yesterday.duration_s
+    assert min(requests) > 0
+    pd.testing.assert_frame_equal(table.reset_index(drop=True), expected)
+    shown = dict(zip(table["figure"], zip(table["before"], table["now"], strict=True), strict=True))
+    assert tokens is not None
+    assert shown["Prompt tokens"] == (f"{int(tokens[0]):,}", f"{int(tokens[1]):,}")
+    (heading,) = [c.value for c in app.caption if " the same length before it" in c.value]
+    assert calendar.span_words(today.start_s, today.end_s) in heading
+
+
+def test_an_engine_restarted_with_another_pool_is_marked(tmp_path: Path) -> None:
+    """Engine host:1 runs with 120 blocks; a day and a half later host:2 (the engine
+    restarted: another pid) runs with 200."""
+    first = CacheSettings(block_size=16, num_blocks=120)
+    second = CacheSettings(block_size=16, num_blocks=200)
+    path = tmp_path / "restart.duckdb"
+    store = RunStore.create(path, RunConfig("engine", 16, 120, "sha256", "test"))
+    later = int(1.5 * DAY_S * NS)
+    steps: list[list[Event]] = [*sample_engine_steps(first, 30, "host:1")]
+    for step in sample_engine_steps(second, 30, "host:2"):
+        for record in step:
+            record.ts_ns += later
+        steps.append(step)
+    for records in steps:
+        store.append(records)
+    store.finalize()
+    store.close()
+    with RunFile.open(path) as run:
+        starts = engine_starts(run)
+        calendar = run_calendar(run)
+    assert starts["engine_id"].tolist() == ["host:1", "host:2"]
+    assert starts["pool_blocks"].tolist() == [119, 199]  # the null block is not usable
+    restart_s = float(starts["t_s"].iloc[1])
+    assert abs(restart_s - 1.5 * DAY_S) < 60
+    app = start(path)
+    (line,) = [c.value.replace("\\", "") for c in app.caption if c.value.startswith("Engines")]
+    when = f"{calendar.wall(restart_s):%a %d %b %H:%M} UTC"
+    assert f"{when} ({restart_s:,.0f} s): host:2 started, 199 blocks (was 119)" in line
+    assert "host:1 started" not in line  # it started the run: nothing changed there
+    layouts = [json.loads(chart.proto.spec)["layout"] for chart in app.get("plotly_chart")]
+    (hit_rate,) = [lay for lay in layouts if lay["title"]["text"].startswith("Prefix-cache hit")]
+    (marker,) = hit_rate["shapes"]
+    assert marker["x0"] == marker["x1"] == pytest.approx(restart_s)
+    assert hit_rate["annotations"][0]["text"] == "host:2 started, 199 blocks (was 119)"
+
+
+def test_an_engine_that_joins_a_fleet_with_the_same_pool_is_no_marker(tmp_path: Path) -> None:
+    """A fleet replay: the second engine's first record comes with its first request, after
+    the run's first; it took over from no engine and has the same pool: nothing changed."""
+    run_path = tiny_run(tmp_path, family_trace(), block_size=BLOCK_SIZE, num_blocks=20, engines=2)
+    with RunFile.open(run_path) as run:
+        starts = engine_starts(run)
+        window = run_calendar(run).grid.whole_run()
+    assert len(starts) == 2 and starts["t_s"].iloc[1] > 0
+    assert engine_markers(starts, window).empty
+    app = start(run_path)
+    assert not [c for c in app.caption if c.value.startswith("Engines started")]
