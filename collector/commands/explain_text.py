@@ -102,8 +102,8 @@ def _family_lines(families: list[dict[str, Any]]) -> list[str]:
         return ["prefix families: none missed a token"]
     lines = [
         f"the {len(families)} prefix families that missed most tokens "
-        "(named by the first words of their text, else by the tenant and request that first "
-        "stored them):"
+        "(named by the first words of their text, else by the name given them with kvscope "
+        "names, else by the tenant and request that first stored them):"
     ]
     width = max(len(shown(family["name"])) for family in families)
     for family in families:

@@ -1,8 +1,17 @@
-"""`kvscope names`: a run's pseudonyms mapped back to the names you give, for someone who
-holds the secret that made them (the engine's $KVSCOPE_SECRET or ~/.config/kvscope/secret).
+"""`kvscope names`: names for what a run shows by label.
 
-A pseudonym is a keyed hash (HMAC) of a name, so it cannot be turned back into the name; but
-whoever holds the key can hash candidate names (a customer list) and match them."""
+--names FILE: a run's pseudonyms mapped back to the names you give, for someone who holds the
+secret that made them (the engine's $KVSCOPE_SECRET or ~/.config/kvscope/secret). A
+pseudonym is a keyed hash (HMAC) of a name, so it cannot be turned back into the name; but
+whoever holds the key can hash candidate names (a customer list) and match them.
+
+--family KEY=NAME, --families FILE: a name for a prefix family, shown on every page and by
+`kvscope explain` where the run recorded no prompt text to name it by (before its tenant and
+first request). KEY is the family's label as shown, a request id of it, or its hash. Every
+key and name is checked before any is kept: on a bad one, nothing is. For example:
+
+    kvscope names run.duckdb --family "rag-80=Nightly RAG" --family "9ae5f786=Support bot"
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collector.commands.family_naming import add_arguments, name_families
 from collector.model.nicknames import nickname
 from collector.queries.tenants import labels_in_run
 from collector.safe_text import shown
@@ -21,22 +31,37 @@ from engine_hooks.privacy import Pseudonymizer, load_secret
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "names",
-        help="map a run's pseudonymous tenants, adapters and salts back to names you give, "
-        "with the secret that made them",
+        help="name a run's prefix families (--family KEY=NAME), or map its pseudonymous "
+        "tenants, adapters and salts back to names you give, with the secret that made them",
         description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("run", type=Path, help="run file (.duckdb) or Parquet dataset")
     parser.add_argument(
         "--names",
         type=Path,
-        required=True,
         dest="names_file",
         help="candidate names, one per line (tenant, adapter and salt names alike)",
     )
+    add_arguments(parser)
     parser.set_defaults(handler=_run_names)
 
 
 def _run_names(args: argparse.Namespace) -> int:
+    if args.names_file is None and not args.family and args.families is None:
+        print(
+            "kvscope: error: names: give --names FILE, --family KEY=NAME or --families FILE",
+            file=sys.stderr,
+        )
+        return 2
+    if args.family or args.families is not None:
+        status = name_families(args)
+        if status != 0 or args.names_file is None:
+            return status
+    return _pseudonyms(args)
+
+
+def _pseudonyms(args: argparse.Namespace) -> int:
     try:
         lines = args.names_file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from collector.queries.family_keys import given_names
 from collector.store.run_file import RunFile
 
 MATCHES = ("request id", "tenant", "prompt text")
@@ -93,9 +94,10 @@ def request_tenants(run: RunFile, requests: Sequence[str]) -> dict[str, str | No
 def family_roots(run: RunFile, families: Sequence[int]) -> pd.DataFrame:
     """Each prefix family's first block (`family`: its hash, as `lookup_causes` names a
     family): the `tenant` and `lora` of its first store, the request that first stored it
-    (`first_request`) and its recorded `token_ids` (None where the run recorded none); what
-    collector/model/family_names.py names a family by."""
-    return run.frame(
+    (`first_request`), its recorded `token_ids` (None where the run recorded none) and the
+    name a user gave it (`given_name`, None where none); what collector/model/family_names.py
+    names a family by."""
+    roots = run.frame(
         """
         SELECT DISTINCT ON (block_hash) block_hash AS family, tenant, lora,
             first_stored_by AS first_request,
@@ -106,3 +108,6 @@ def family_roots(run: RunFile, families: Sequence[int]) -> pd.DataFrame:
         """,
         {"families": [str(int(family)) for family in families]},
     )
+    given = given_names(run)
+    roots["given_name"] = [given.get(int(family)) for family in roots["family"]]
+    return roots

@@ -4,8 +4,9 @@ and the digest of the run's content it is checked against (collector/advisor/sto
 The digest is of what the run holds, not of its file's bytes: writing the advice into the
 file changes its bytes but not its content. It is each run table's rows (all but meta's) as
 DuckDB counts and hashes them (the sum of every row's hash, so row order does not count),
-and meta's rows but the advice itself, with DuckDB's version (its hash is its own). On this
-2-core machine it costs about 50 ms on the 9 MiB sample run: DuckDB reads every column once.
+and meta's rows but the advice itself and the names users gave families, with DuckDB's
+version (its hash is its own). On this 2-core machine it costs about 50 ms on the 9 MiB
+sample run: DuckDB reads every column once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import duckdb
 
+from collector.store.given_names import GIVEN_NAMES_KEY
 from collector.store.parquet_dataset import is_dataset
 from collector.store.run_file import RUN_TABLES, RunFile, StoreError
 from collector.store.run_opening import open_checked
@@ -30,7 +32,8 @@ def content_digest(run: RunFile) -> str:
         row = run.row(f'SELECT count(*), sum(hash(t))::VARCHAR FROM "{table}" AS t')
         digest.update(f"\0{table}\0{row}".encode())
     for key, value in run.rows(
-        "SELECT key, value FROM meta WHERE key <> ? ORDER BY key", [ADVICE_KEY]
+        "SELECT key, value FROM meta WHERE key NOT IN (?, ?) ORDER BY key",
+        [ADVICE_KEY, GIVEN_NAMES_KEY],  # names a user gives families change no figure
     ):
         digest.update(f"\0{key}\0{value}".encode())
     return digest.hexdigest()
