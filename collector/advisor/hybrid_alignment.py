@@ -21,12 +21,11 @@ manager. Each replay writes a run file into a temporary folder, removed after.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from collector.advisor.context import RunContext
 from collector.advisor.miss_breakdown import quote_causes
+from collector.advisor.replay_folder import replay_folder
 from collector.advisor.scheduler_check import MAX_PROMPT_TOKENS, SECRET
 from collector.advisor.suggestion import (
     NotApplicable,
@@ -35,9 +34,8 @@ from collector.advisor.suggestion import (
     severity_for_gain,
 )
 from collector.queries.kv_groups import describe, layout
-from collector.replay.block_manager import CacheSettings, VllmUnavailable
+from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay_requests
-from collector.store.run_file import StoreError
 from engine_hooks.layout import KvGroup
 
 MIN_CUT_SHARE = 0.01  # of the prompt tokens looked up: below it, nothing worth weighing
@@ -114,28 +112,20 @@ def _replayed_hits(
     )
     config = context.config
     hits = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="kvscope-advisor-") as directory:
-            for name, blocks, kv_layout in (
-                ("own", context.num_blocks, own_layout),
-                ("all-full", num_blocks, "full"),
-            ):
-                settings = CacheSettings(
-                    context.block_size, blocks, config["hash_algo"], kv_layout=kv_layout
-                )
-                options = ReplayOptions(
-                    settings=settings, timing="sequential", engines=context.num_engines
-                )
-                out = Path(directory) / f"{name}.duckdb"
-                summary = replay_requests(context.requests, context.path, out, options, SECRET)
-                hits.append(float(summary["hit_tokens"]))
-    except VllmUnavailable:
-        raise NotApplicable(
-            "it replays the run through vLLM's own KV cache manager, and this environment has "
-            "no vLLM kvscope supports"
-        ) from None
-    except (ValueError, StoreError) as error:  # a pool too small, settings vLLM refuses
-        raise NotApplicable(f"the replay cannot hold this run: {error}") from None
+    with replay_folder("the replay") as directory:
+        for name, blocks, kv_layout in (
+            ("own", context.num_blocks, own_layout),
+            ("all-full", num_blocks, "full"),
+        ):
+            settings = CacheSettings(
+                context.block_size, blocks, config["hash_algo"], kv_layout=kv_layout
+            )
+            options = ReplayOptions(
+                settings=settings, timing="sequential", engines=context.num_engines
+            )
+            out = directory / f"{name}.duckdb"
+            summary = replay_requests(context.requests, context.path, out, options, SECRET)
+            hits.append(float(summary["hit_tokens"]))
     return hits[0], hits[1]
 
 

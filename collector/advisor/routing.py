@@ -13,12 +13,11 @@ Each replay writes a run file into a temporary folder, removed after.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from collector.advisor.context import RunContext
 from collector.advisor.miss_breakdown import quote_causes
+from collector.advisor.replay_folder import replay_folder
 from collector.advisor.scheduler_check import MAX_PROMPT_TOKENS, SECRET
 from collector.advisor.suggestion import (
     NotApplicable,
@@ -29,9 +28,9 @@ from collector.advisor.suggestion import (
 from collector.model.kv_memory import gib_for_blocks
 from collector.queries import fleet
 from collector.queries.fleet import DuplicationSummary
-from collector.replay.block_manager import CacheSettings, VllmUnavailable
+from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay_requests
-from collector.store.run_file import RunFile, StoreError
+from collector.store.run_file import RunFile
 
 MIN_ROUTING_GAIN = 0.02  # of token hit ratio: 2 points
 ROUTERS_COMPARED = ("round-robin", "prefix-affinity")
@@ -114,29 +113,21 @@ def fleet_replays(context: RunContext, num_engines: int) -> dict[str, RoutedRepl
     config = context.config
     settings = CacheSettings(context.block_size, context.num_blocks, config["hash_algo"])
     replays = {}
-    try:
-        with tempfile.TemporaryDirectory(prefix="kvscope-advisor-") as directory:
-            for router in ROUTERS_COMPARED:
-                out = Path(directory) / f"{router}.duckdb"
-                options = ReplayOptions(
-                    settings=settings, timing="sequential", engines=num_engines, router=router
-                )
-                summary = replay_requests(context.requests, context.path, out, options, SECRET)
-                with RunFile.open(out) as replayed:
-                    engines = fleet.fleet_engines(replayed)
-                replays[router] = RoutedReplay(
-                    router,
-                    float(summary["token_hit_ratio"]),
-                    int(engines["requests"].max()),
-                    fleet.load_imbalance(engines)["requests"],
-                )
-    except VllmUnavailable:
-        raise NotApplicable(
-            "it replays the run through vLLM's own KV cache manager, and this environment has "
-            "no vLLM kvscope supports"
-        ) from None
-    except (ValueError, StoreError) as error:  # a pool too small, settings vLLM refuses
-        raise NotApplicable(f"the fleet replay cannot hold this run: {error}") from None
+    with replay_folder("the fleet replay") as directory:
+        for router in ROUTERS_COMPARED:
+            out = directory / f"{router}.duckdb"
+            options = ReplayOptions(
+                settings=settings, timing="sequential", engines=num_engines, router=router
+            )
+            summary = replay_requests(context.requests, context.path, out, options, SECRET)
+            with RunFile.open(out) as replayed:
+                engines = fleet.fleet_engines(replayed)
+            replays[router] = RoutedReplay(
+                router,
+                float(summary["token_hit_ratio"]),
+                int(engines["requests"].max()),
+                fleet.load_imbalance(engines)["requests"],
+            )
     return replays
 
 
