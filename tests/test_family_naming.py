@@ -59,7 +59,7 @@ def test_a_family_is_named_by_its_request_label_or_hash(
     assert main(["names", str(run), *arguments, "--family", "b4904b3c=Globex RAG"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"family {RAG_80[0]} ({RAG_80[1]}) named Nightly RAG"
-    assert out[-1] == f"3 families named, kept in the run file {run}"
+    assert out[-1] == f"3 named, 0 forgotten, in the run file {run}"
     assert kept_in_run(run) == {
         RAG_80[0]: "Nightly RAG",
         RAG_39[0]: "Acme search",
@@ -90,7 +90,7 @@ def test_a_file_of_names_and_a_dataset_go_to_the_users_file(
     assert main(["names", str(dataset), "--families", str(names)]) == 0
     user_file = tmp_path / "config" / "kvscope" / "family-names.csv"
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"2 families named, kept in {user_file} (a Parquet dataset is not written to)"
+        f"2 named, 0 forgotten, in {user_file} (a Parquet dataset is not written to)"
     )
     assert user_file.read_text() == f'{RAG_39[0]},"Acme, search"\n{RAG_133[0]},Globex RAG\n'
     assert explained_names(dataset, capsys)[RAG_133[0]] == "Globex RAG"
@@ -100,6 +100,32 @@ def test_a_file_of_names_and_a_dataset_go_to_the_users_file(
     assert names_in_run[RAG_133[0]] == "Globex search"
     assert names_in_run[RAG_39[0]] == "Acme, search"
     assert kept_in_run(run) == {RAG_133[0]: "Globex search"}
+    # A dataset exported from a named run keeps its names.
+    (tmp_path / "config" / "kvscope" / "family-names.csv").unlink()
+    assert main(["export", str(run), "--parquet", str(tmp_path / "named")]) == 0
+    assert explained_names(tmp_path / "named", capsys)[RAG_133[0]] == "Globex search"
+    # Its names are the run's own: a dataset cannot forget them, and says so.
+    assert main(["names", str(tmp_path / "named"), "--forget", "Globex search"]) == 2
+    assert capsys.readouterr().err == (
+        f"kvscope: error: {tmp_path / 'named'}: its own names cannot be forgotten: "
+        "a Parquet dataset is not written to\n"
+    )
+
+
+def test_a_name_is_forgotten_in_the_run_and_the_users_file(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["names", str(run), "--family", "rag-80=Nightly RAG"]) == 0
+    assert main(["names", str(run), "--family", "rag-39=Acme search", "--keep-in", "user"]) == 0
+    capsys.readouterr()
+    assert main(["names", str(run), "--forget", "Nightly RAG", "--forget", RAG_39[0]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"family {RAG_80[0]} (Nightly RAG): its name forgotten"
+    assert out[-1].startswith(f"0 named, 2 forgotten, in the run file {run} and ")
+    assert kept_in_run(run) == {}
+    assert (tmp_path / "config" / "kvscope" / "family-names.csv").read_text() == ""
+    names = explained_names(run, capsys)
+    assert (names[RAG_80[0]], names[RAG_39[0]]) == (RAG_80[1], RAG_39[1])
 
 
 @pytest.mark.parametrize(
@@ -136,7 +162,9 @@ def test_a_bad_file_of_names_is_refused(
     assert main(["names", str(run), "--families", str(names)]) == 2
     assert capsys.readouterr().err == f"kvscope: error: {names}: line 2: not KEY,NAME\n"
     assert main(["names", str(run)]) == 2
-    assert "give --names FILE, --family KEY=NAME or --families FILE" in capsys.readouterr().err
+    assert "give --names FILE, --family KEY=NAME, --families FILE or --forget KEY" in (
+        capsys.readouterr().err
+    )
     assert kept_in_run(run) is None
 
 

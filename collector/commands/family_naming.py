@@ -5,8 +5,8 @@ family_names.py). KEY is what the app and `kvscope explain` show of a family: it
 of the family), or its hash (16 hex digits as in hovers and downloads, a unique prefix of 8
 or more, or the decimal hash of a CSV download). Kept in the run file, else (a Parquet
 dataset, a read-only file, one a live collector holds, or --keep-in user) in the user's file
-(collector/store/given_names.py). Every name is checked, and every key found, before any is
-written: on a bad one nothing is."""
+(collector/store/given_names.py). `--forget KEY` drops a family's name from both. Every name
+is checked, and every key found, before any is written: on a bad one nothing is."""
 
 from __future__ import annotations
 
@@ -22,7 +22,12 @@ from collector.model.family_names import family_names, name_problem
 from collector.queries.family_keys import given_names, request_families, run_families
 from collector.queries.request_search import family_roots
 from collector.safe_text import shown
-from collector.store.given_names import user_names_path, write_run_names, write_user_names
+from collector.store.given_names import (
+    run_names,
+    user_names_path,
+    write_run_names,
+    write_user_names,
+)
 from collector.store.run_file import RunFile, StoreError
 
 SHORTEST_PREFIX = 8  # hex digits of a hash that may stand for it
@@ -46,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="a CSV file of KEY,NAME rows, one family each",
+    )
+    parser.add_argument(
+        "--forget",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="forget the name given a family (KEY as for --family, its given name too), in "
+        "the run file and the user's file; repeatable",
     )
     parser.add_argument(
         "--keep-in",
@@ -148,36 +161,47 @@ def text_named(run: RunFile, families: list[int]) -> set[int]:
     }
 
 
-def keep(args: argparse.Namespace, names: dict[int, str]) -> str:
-    """Keep `names` where asked (the run file, else the user's file); where they went, in
-    words; StoreError where they could not be kept."""
-    if args.keep_in == "run":
-        refused = write_run_names(args.run, names)
-        if refused is None:
-            return f"kept in the run file {shown(args.run)}"
-        reason = f" ({refused})"
+def keep(args: argparse.Namespace, changes: dict[int, str | None], in_run: set[int]) -> str:
+    """Make `changes` (a name given, or None: forgotten) where asked (the run file, else the
+    user's file; a name is forgotten in both); where, in words. StoreError where they could
+    not be made, and before anything is written where the run's own names (`in_run`) are to
+    be forgotten from a run that cannot be written."""
+    forgets: dict[int, str | None] = {family: None for family, name in changes.items() if not name}
+    refused = write_run_names(args.run, changes) if args.keep_in == "run" else "--keep-in user"
+    if refused is not None and in_run & set(forgets):
+        raise StoreError(f"{args.run}: its own names cannot be forgotten: {refused}")
+    if refused is None:
+        user, where = forgets, f"in the run file {shown(args.run)}"
     else:
-        reason = ""
-    write_user_names(names)
-    return f"kept in {shown(user_names_path())}{reason}"
+        user, where = changes, f"in {shown(user_names_path())} ({refused})"
+    if user and (user != forgets or user_names_path().exists()):
+        write_user_names(user)
+        if refused is None:
+            where += f" and {shown(user_names_path())}"
+    return where
 
 
 def name_families(args: argparse.Namespace) -> int:
-    """The `--family` and `--families` part of `kvscope names`."""
+    """The `--family`, `--families` and `--forget` part of `kvscope names`."""
     try:
         wanted = wanted_names(args)
+        forgotten = [(f"--forget {shown(key)}", key.strip(), "") for key in args.forget]
         with RunFile.open(args.run) as run:
-            named = resolve(run, wanted)
+            named = resolve(run, wanted + forgotten)
             labels = _labels(run, run_families(run))
             with_text = text_named(run, list(named))
-        where = keep(args, {family: name for family, (_, name) in named.items()})
+            in_run = set(run_names(run))
+        where = keep(args, {family: name or None for family, (_, name) in named.items()}, in_run)
     except (NamingError, StoreError) as error:
         print(f"kvscope: error: {error}", file=sys.stderr)
         return 2
     for family, (_, name) in named.items():
-        note = (
-            " (its prompt text names it where a tokenizer reads it)" if family in with_text else ""
-        )
-        print(f"family {family:016x} ({shown(labels.get(family, ''))}) named {shown(name)}{note}")
-    print(f"{len(named)} {'family' if len(named) == 1 else 'families'} named, {where}")
+        label = f"family {family:016x} ({shown(labels.get(family, ''))})"
+        if not name:
+            print(f"{label}: its name forgotten")
+            continue
+        note = " (its prompt text names it where a tokenizer reads it)"
+        print(f"{label} named {shown(name)}{note if family in with_text else ''}")
+    given = sum(1 for _, name in named.values() if name)
+    print(f"{given} named, {len(named) - given} forgotten, {where}")
     return 0

@@ -11,6 +11,7 @@ first request). KEY is the family's label as shown, a request id of it, or its h
 key and name is checked before any is kept: on a bad one, nothing is. For example:
 
     kvscope names run.duckdb --family "rag-80=Nightly RAG" --family "9ae5f786=Support bot"
+    kvscope names run.duckdb --forget "Nightly RAG"
 """
 
 from __future__ import annotations
@@ -48,13 +49,15 @@ def register(commands: Any) -> None:
 
 
 def _run_names(args: argparse.Namespace) -> int:
-    if args.names_file is None and not args.family and args.families is None:
+    naming = bool(args.family or args.forget or args.families is not None)
+    if args.names_file is None and not naming:
         print(
-            "kvscope: error: names: give --names FILE, --family KEY=NAME or --families FILE",
+            "kvscope: error: names: give --names FILE, --family KEY=NAME, --families FILE "
+            "or --forget KEY",
             file=sys.stderr,
         )
         return 2
-    if args.family or args.families is not None:
+    if naming:
         status = name_families(args)
         if status != 0 or args.names_file is None:
             return status

@@ -2,9 +2,9 @@
 (its first block's hash), kept in two places:
 
 - the run file itself (meta key GIVEN_NAMES_KEY, one JSON object of 16-hex-digit hash to
-  name), so the names travel with the run when it is shared; they are not part of the run's
-  content digest (collector/store/stored_advice.py), so naming a family keeps the stored
-  advice;
+  name), so the names travel with the run when it is shared or exported to Parquet; they
+  are not part of the run's content digest (collector/store/stored_advice.py), so naming a
+  family keeps the stored advice;
 - the user's file ($XDG_CONFIG_HOME/kvscope/family-names.csv, else ~/.config/kvscope/...;
   rows of hash,name), for a run that is not written to (a Parquet dataset, a read-only file,
   one a live collector holds), and for every run of the same workload whose block hashes are
@@ -57,11 +57,14 @@ def _is_hash(text: str) -> bool:
 
 
 def run_names(run: RunFile) -> dict[int, str]:
-    """The names kept in the run (none in a Parquet dataset)."""
-    if is_dataset(run.path):
-        return {}
-    row = run.row("SELECT value FROM meta WHERE key = ?", [GIVEN_NAMES_KEY])
-    return _from_json(str(row[0])) if row else {}
+    """The names kept in the run (a Parquet dataset exported from a named run keeps them in
+    its meta too; one of several runs' has each run's, merged)."""
+    names: dict[int, str] = {}
+    for (value,) in run.rows(
+        "SELECT value FROM meta WHERE key = ? ORDER BY value", [GIVEN_NAMES_KEY]
+    ):
+        names |= _from_json(str(value))
+    return names
 
 
 def read_user_names(path: Path | None = None) -> dict[int, str]:
@@ -84,10 +87,17 @@ def read_user_names(path: Path | None = None) -> dict[int, str]:
     return names
 
 
-def write_run_names(path: Path, names: dict[int, str]) -> str | None:
-    """Add `names` to those kept in the run file at `path` (no connection to it may be open
-    in this process), in one statement; None when kept, else why not, in words (a dataset, a
-    read-only file, a file another process holds)."""
+def _changed(names: dict[int, str], changes: dict[int, str | None]) -> dict[int, str]:
+    """`names` with `changes` made: a name given, or forgotten (None)."""
+    merged = {**names, **changes}
+    return {family: name for family, name in merged.items() if name is not None}
+
+
+def write_run_names(path: Path, changes: dict[int, str | None]) -> str | None:
+    """Make `changes` (a name, or None: forget the family's) to the names kept in the run
+    file at `path` (no connection to it may be open in this process), in one statement; None
+    when kept, else why not, in words (a dataset, a read-only file, one another process
+    holds)."""
     if is_dataset(path):
         return "a Parquet dataset is not written to"
     if not os.access(path, os.W_OK):
@@ -101,7 +111,8 @@ def write_run_names(path: Path, names: dict[int, str]) -> str | None:
             "SELECT value FROM meta WHERE key = ?", [GIVEN_NAMES_KEY]
         ).fetchone()
         kept = _from_json(str(row[0])) if row else {}
-        document = json.dumps({f"{family:016x}": name for family, name in (kept | names).items()})
+        merged = _changed(kept, changes)
+        document = json.dumps({f"{family:016x}": name for family, name in merged.items()})
         connection.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [GIVEN_NAMES_KEY, document])
     except duckdb.Error as error:
         return str(error).splitlines()[0]
@@ -110,11 +121,11 @@ def write_run_names(path: Path, names: dict[int, str]) -> str | None:
     return None
 
 
-def write_user_names(names: dict[int, str], path: Path | None = None) -> None:
-    """Add `names` to the user's file, replaced whole (a reader never sees half of it);
-    StoreError where the file there cannot be read or written."""
+def write_user_names(changes: dict[int, str | None], path: Path | None = None) -> None:
+    """Make `changes` (a name, or None: forget the family's) to the user's file, replaced
+    whole (a reader never sees half of it); StoreError where it cannot be read or written."""
     path = path or user_names_path()
-    merged = read_user_names(path) | names
+    merged = _changed(read_user_names(path), changes)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     for family, name in sorted(merged.items()):
