@@ -5,6 +5,7 @@ against yesterday, and the markers where an engine (re)started with another pool
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +23,13 @@ from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import Event
 from tests.support.app import metrics, start
 from tests.support.block_manager import sample_engine_steps, tiny_run
+from tests.support.browser import (
+    app_in_chromium,
+    keep_screenshot,
+    png_is_not_blank,
+    screenshot_page,
+    texts,
+)
 from tests.support.fleet import BLOCK_SIZE, family_trace
 from visualizer.day_comparison import comparison_table
 from visualizer.engine_markers import engine_markers
@@ -29,6 +37,7 @@ from visualizer.engine_markers import engine_markers
 pytestmark = pytest.mark.vllm  # replays through vLLM's own scheduler
 
 NS = 1_000_000_000
+SIDEBAR = "[data-testid='stSidebar']"
 SHAPE = WorkloadShape(duration_s=3 * DAY_S, num_chats=20, num_rag_requests=80, num_reports=20)
 
 
@@ -37,7 +46,8 @@ def three_days(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The generated workload's requests arriving over three days, replayed at their
     arrival times (vLLM's scheduler on a modelled clock: seconds of wall time)."""
     directory = tmp_path_factory.mktemp("three_days")
-    return tiny_run(directory, generate(SHAPE), block_size=16, num_blocks=200, timing="scheduler")
+    rows = generate(SHAPE)
+    return Path(tiny_run(directory, rows, block_size=16, num_blocks=200, timing="scheduler"))
 
 
 def _requests_between(run: RunFile, start_ns: int, end_ns: int) -> int:
@@ -180,3 +190,51 @@ def test_an_engine_that_joins_a_fleet_with_the_same_pool_is_no_marker(tmp_path: 
     assert engine_markers(starts, window).empty
     app = start(run_path)
     assert not [c for c in app.caption if c.value.startswith("Engines started")]
+
+
+@pytest.mark.slow
+def test_screenshots_of_the_overview_and_the_day_picker(three_days: Path, tmp_path: Path) -> None:
+    """In a real Chromium: the Overview of the three-day run with today against yesterday,
+    then the day picker's second calendar day picked (KVSCOPE_SCREENSHOTS keeps both)."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415 - selenium is a dev extra; only the browser tests load it
+
+    with RunFile.open(three_days) as run:
+        calendar = run_calendar(run)
+    second_day = list(calendar.ranges())[4]
+    with app_in_chromium(three_days) as (url, driver):
+        whole = tmp_path / "overview_three_days.png"
+        seen = screenshot_page(driver, url, whole, min_charts=6)
+        assert seen["exceptions"] == [] and png_is_not_blank(whole), seen
+        assert "Today against yesterday" in texts(driver, "h2, h3")
+        keep_screenshot(whole)
+        driver.set_window_size(1500, 1300)
+        boxes = driver.find_elements(
+            By.CSS_SELECTOR, '[data-testid="stSidebar"] [data-testid="stSelectbox"]'
+        )
+        (days,) = [box for box in boxes if "Days" in box.text]
+        days.click()
+        (option,) = [
+            o
+            for o in driver.find_elements(By.CSS_SELECTOR, '[role="option"]')
+            if o.text == second_day
+        ]
+        option.click()
+        start_s, end_s = calendar.ranges()[second_day]
+        wanted = calendar.span_words(start_s, end_s)
+        deadline = time.monotonic() + 60
+        while wanted not in texts(
+            driver, '[data-testid="stSidebar"] [data-testid="stCaptionContainer"]'
+        ):
+            assert time.monotonic() < deadline, "the picked day's range never showed"
+            time.sleep(0.5)
+        while driver.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"]'):
+            assert time.monotonic() < deadline, "the page never finished drawing the day"
+            time.sleep(0.5)
+        time.sleep(1.5)  # the charts' transitions
+        picked = tmp_path / "overview_one_day.png"  # not screenshot_page: a reload forgets it
+        driver.set_window_size(1500, 4800)
+        time.sleep(0.5)
+        driver.save_screenshot(str(picked))
+        assert texts(driver, '[data-testid="stException"]') == [] and png_is_not_blank(picked)
+        assert any(wanted in line for line in texts(driver, "[data-testid='stCaptionContainer']"))
+        keep_screenshot(picked)
