@@ -188,7 +188,10 @@ def chart_traces(app: AppTest) -> str:
 @pytest.mark.parametrize("page", ["views/overview.py", "views/hotspots.py"])
 def test_the_pages_show_the_given_name(run: Path, page: str) -> None:
     assert main(["names", str(run), "--family", "rag-80=Nightly RAG"]) == 0
-    traces = chart_traces(go_to(start(run, timeout_s=180), page))
+    app = go_to(start(run, timeout_s=180), page)
+    traces = chart_traces(app)
     assert "Nightly RAG" in traces
     assert RAG_80[1] not in traces
     assert RAG_39[1] in traces  # the families not named keep their tenant and request
+    if page == "views/overview.py":  # and it says how to name them
+        assert any(f"kvscope names {run} --family KEY=NAME" in c.value for c in app.caption)

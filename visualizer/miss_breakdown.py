@@ -17,6 +17,7 @@ from collector.queries.miss_causes import (
     family_losses,
     lookup_causes,
 )
+from collector.safe_text import code
 from collector.store.run_file import RunFile
 from visualizer.charts import miss_causes as charts
 from visualizer.downloads import show_chart
@@ -85,6 +86,13 @@ def render(run: RunFile, window: TimeWindow) -> None:
         else:
             figure = charts.family_losses_figure(losses)
             show_chart(figure, losses, key="overview_family_losses")
+            if not losses["label"].str.startswith(("“", "(")).all():  # not all named by text
+                command = code(f"kvscope names {run.path} --family KEY=NAME")
+                st.caption(
+                    f"A family with no prompt text is named by its tenant and first request "
+                    f"until you name it: {command}, KEY its label, a request of it or the hash "
+                    "in its hover."
+                )
     diverged = int(totals.loc[totals["cause"] == "diverged", "tokens"].sum())
     if diverged:
         words, link = st.columns([5, 1], vertical_alignment="center")
