@@ -18,7 +18,7 @@ from collector.model.family_names import family_name, name_problem
 from collector.store.run_file import RunFile
 from collector.store.stored_advice import content_digest
 from tests.support.app import go_to, start
-from tests.support.repo import SAMPLE_HYBRID_RUN
+from tests.support.repo import SAMPLE_HYBRID_RUN, SAMPLE_RUN
 
 # The hybrid sample's families that missed most tokens, as named today.
 RAG_80 = ("9ae5f786feabb3a2", "initech · request rag-80")
@@ -166,6 +166,19 @@ def test_a_bad_file_of_names_is_refused(
         capsys.readouterr().err
     )
     assert kept_in_run(run) is None
+
+
+def test_naming_a_family_with_prompt_text_says_its_text_comes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = tmp_path / "run.duckdb"
+    shutil.copy(SAMPLE_RUN, run)  # recorded token ids
+    assert main(["names", str(run), "--family", "rag-80=Nightly RAG"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"family {RAG_80[0]} ({RAG_80[1]}) named Nightly RAG "
+        "(its prompt text names it where a tokenizer reads it)"
+    )
 
 
 def test_the_name_comes_after_text_and_before_tenant_and_request() -> None:
