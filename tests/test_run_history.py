@@ -115,6 +115,40 @@ def test_the_day_picker_selects_that_days_records(three_days: Path) -> None:
     assert app.selectbox(key="time_range_days").value == "a range of your own"
 
 
+def _spread_run(path: Path, days: float) -> Path:
+    """An engine's first 40 sample requests, its steps spread evenly over `days`."""
+    steps = list(sample_engine_steps(CacheSettings(block_size=16, num_blocks=120), 40, "e"))
+    store = RunStore.create(path, RunConfig("engine", 16, 120, "sha256", "test"))
+    for number, step in enumerate(steps):
+        for record in step:
+            record.ts_ns += number * int(days * DAY_S * NS / len(steps))
+        store.append(step)
+    store.finalize()
+    store.close()
+    return path
+
+
+def test_the_last_24_h_moves_with_a_growing_run(tmp_path: Path) -> None:
+    path = _spread_run(tmp_path / "run.duckdb", 2.5)
+    app = start(path)
+    app.selectbox(key="time_range_days").set_value(LAST_DAY).run()
+    with RunFile.open(path) as run:
+        before = run_calendar(run).ranges()[LAST_DAY]
+    assert app.slider(key="time_range").value == before
+    # The run grown by a day, as the next live copy of it is: the app shows it as the same
+    # run (not picked: a pick starts over). DuckDB keeps a file open in this process, so
+    # the grown run is another file rather than this one rewritten.
+    grown = _spread_run(tmp_path / "grown.duckdb", 3.5)
+    app.session_state["run_path"] = str(grown)
+    app.run()
+    assert not app.exception, app.exception
+    with RunFile.open(grown) as run:
+        after = run_calendar(run).ranges()[LAST_DAY]
+    assert after[1] > before[1] + DAY_S / 2
+    assert app.slider(key="time_range").value == after
+    assert app.selectbox(key="time_range_days").value == LAST_DAY
+
+
 def test_today_against_yesterday_equals_each_days_own_queries(three_days: Path) -> None:
     app = start(three_days)
     (table,) = [frame.value for frame in app.dataframe if "figure" in frame.value.columns]

@@ -8,7 +8,7 @@ import streamlit as st
 
 from visualizer import session
 from visualizer.run_source import RUN_PATH_KEY, current_run, problem_with, runs_in_folder
-from visualizer.sidebar.time_filter import RANGE_KEY
+from visualizer.sidebar.time_filter import DAYS_KEY, RANGE_KEY
 
 FOLDER_KEY = "run_folder"
 PICKER_KEY = "run_picker"
@@ -18,6 +18,7 @@ def _picked() -> None:
     """A run was picked: show it, over its whole time range."""
     st.session_state[RUN_PATH_KEY] = st.session_state[PICKER_KEY]
     session.forget(RANGE_KEY)
+    session.forget(DAYS_KEY)
 
 
 def render() -> None:

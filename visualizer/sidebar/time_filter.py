@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from collector.model.run_calendar import RunCalendar
+from collector.model.run_calendar import DAY_BEFORE, LAST_DAY, RunCalendar
 from collector.model.time_window import TimeWindow
 from collector.queries.timeline import run_calendar, time_grid
 from collector.store.run_file import RunFile
@@ -28,6 +28,8 @@ def render(run: RunFile) -> None:
     chosen = session.kept(RANGE_KEY)
     if chosen and chosen[1] == st.session_state.get(_SPAN_KEY):
         chosen = (chosen[0], span)
+    if calendar.is_multi_day and session.kept(DAYS_KEY) in (LAST_DAY, DAY_BEFORE):
+        chosen = calendar.ranges().get(session.kept(DAYS_KEY), chosen)  # moves as a run grows
     if not chosen or not 0 <= chosen[0] <= chosen[1] <= span:
         chosen = (0.0, span)
     session.show(RANGE_KEY, tuple(chosen))
@@ -41,7 +43,7 @@ def render(run: RunFile) -> None:
         step=grid.bucket_s,
         format="%.1f" if grid.bucket_s >= 0.1 else "%.4f",
         key=RANGE_KEY,
-        on_change=session.keeper(RANGE_KEY),
+        on_change=_moved,
         help=f"Every page counts only what happened in this range ({grid.bucket_s:g} s steps).",
     )
     if calendar.is_multi_day:
@@ -49,14 +51,22 @@ def render(run: RunFile) -> None:
         st.sidebar.caption(calendar.span_words(start, end))
 
 
+def _moved() -> None:
+    """The slider was moved by hand: its range is kept, and no day is picked any more."""
+    session.keeper(RANGE_KEY)()
+    session.forget(DAYS_KEY)
+
+
 def _day_picker(calendar: RunCalendar, chosen: tuple[float, float]) -> None:
-    """Whole days of a long run; picking one sets the range the slider then shows."""
+    """Whole days of a long run; picking one sets the range the slider then shows (the last
+    24 h and the 24 h before keep moving with a live run's end)."""
     ranges = calendar.ranges()
     picked = next((label for label, span in ranges.items() if span == chosen), OWN_RANGE)
     st.session_state[DAYS_KEY] = picked
 
     def pick() -> None:
         label = st.session_state[DAYS_KEY]
+        session.keeper(DAYS_KEY)()
         if label in ranges:
             session.show(RANGE_KEY, ranges[label])
 
