@@ -34,7 +34,7 @@ def test_a_second_advice_replays_nothing_and_says_the_same(
     # The advice itself was kept (in the cache folder: --no-store leaves the sample alone),
     # so the second run reads it, in two lines, and runs no rule.
     assert kept_progress.splitlines()[1].startswith("  the advice worked out at ")
-    assert "[1/13]" not in kept_progress
+    assert "[1/14]" not in kept_progress
     # Under another assumption the rules run again, on the replays read back.
     warm, warm_progress = advise(capsys, "--pcie-gb-per-s", "24")
     assert warm["suggestions"][0] == cold["suggestions"][0]  # the cache size: no tier in it
@@ -48,8 +48,8 @@ def test_a_second_advice_replays_nothing_and_says_the_same(
     # Progress: the run first, then every rule's outcome, numbered.
     lines = warm_progress.splitlines()
     assert lines[0] == f"advising on {SAMPLE_RUN}: 14 rules to check"
-    assert lines[1].startswith("  [1/13] cache-size: fired (")
-    assert lines[-2].startswith("  [13/13] routing: ")
+    assert lines[1].startswith("  [1/14] cache-size: fired (")
+    assert lines[-2].startswith("  [14/14] hybrid-alignment: skipped (")
     assert lines[-1] == "the advice kept in kvscope's cache folder"
 
 

@@ -264,7 +264,10 @@ def test_every_string_from_a_run_is_escaped_in_every_output(
         assert main(["summary", str(run)]) == 0
         summary = capsys.readouterr().out
         assert_safe_terminal(summary)
-        assert len(summary.splitlines()) == len(json.loads(_summary_json(run, capsys)))
+        # A line a figure, then the latency sentence after a blank line (one JSON key).
+        figures, latency = summary.split("\n\n")
+        assert latency.startswith("latency by hit share: ")
+        assert len(figures.splitlines()) + 1 == len(json.loads(_summary_json(run, capsys)))
 
     # The advisor replays the run's cache: an unknown hash algorithm is refused, safely shown.
     assert main(["advise", str(baseline)]) == 2

@@ -58,7 +58,7 @@ def copy_of(run: Path, folder: Path) -> Path:
 
 def test_advise_keeps_what_it_printed_in_the_run_file(advised: Advised) -> None:
     run, document, progress = advised
-    assert "[1/13] cache-size: fired" in progress  # worked out, not read
+    assert "[1/14] cache-size: fired" in progress  # worked out, not read
     last = progress.splitlines()[-1]
     assert last == "the advice kept in the run file, for the app and the health scorecard"
     with RunFile.open(run) as opened:
@@ -80,7 +80,7 @@ def test_a_second_advise_reads_it_and_prints_the_same(
     printed, progress = advise(str(run), "--json")
     assert json.loads(printed) == document
     assert progress.splitlines()[1].startswith("  the advice worked out at ")
-    assert "[1/13]" not in progress
+    assert "[1/14]" not in progress
     markdown, _ = advise(str(run))
     top = document["suggestions"][0]
     assert f"## 1. {top['title']}\n" in markdown
