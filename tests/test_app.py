@@ -34,9 +34,10 @@ SECOND_SAMPLE_RUN = SAMPLE_RUN.with_name("run_block32.duckdb")
 DATA_FIELDS = ("x", "y", "z", "values", "ids")
 # Per page, on the sample run: how many traces each of its charts draws, in page order.
 CHART_TRACES = {
-    # why prompts missed: the waterfall, the families' losses by cause; then the figures
-    # over time (integrity: a badge, the sample has nothing wrong)
-    "views/overview.py": [1, 6, 2, 2, 2, 3],
+    # why prompts missed: the waterfall, the families' losses by cause; TTFT by hit share
+    # (p50, p90, p99); then the figures over time (integrity: a badge, the sample has
+    # nothing wrong)
+    "views/overview.py": [1, 6, 3, 2, 2, 2, 3],
     "views/requests.py": [2],  # the first request's prompt: cold blocks, its partial tail
     "views/hotspots.py": [1, 1, 1, 2],
     "views/prefix_tree.py": [4],
