@@ -19,8 +19,9 @@ TERMS = {
     "the prefix cache saved.",
     "prefix family": "Every cached block that descends from one first block: the requests that "
     "share a system prompt or a document. kvscope names a family by the first words of its "
-    "text where token ids were recorded, else by the tenant and the request that first stored "
-    "it; its hash is in the hovers and downloads.",
+    "text where token ids were recorded, else by a name given it (`kvscope names RUN --family "
+    "KEY=NAME`), else by the tenant and the request that first stored it; its hash is in the "
+    "hovers and downloads.",
     "cached-but-free": "A block no running request holds any more, still holding its KV and "
     "still findable by its hash. vLLM counts it as free: it is the first to be evicted when a "
     "request needs a new block, and a hit until then.",
