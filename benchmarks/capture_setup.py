@@ -9,17 +9,25 @@ from engine_hooks import EventBuffer, KVCacheHooks, Pseudonymizer
 from engine_hooks.transport import Transport
 
 
-def attach_hooks(
+def make_hooks(
     manager: Any, buffer: EventBuffer, clock: Any, *, check_collisions: bool
 ) -> KVCacheHooks:
-    """kvscope's hooks, attached to `manager`, recording into `buffer`."""
+    """kvscope's hooks for `manager`, recording into `buffer`, not attached yet (the
+    scheduler's hooks attach them)."""
     return KVCacheHooks(
         manager,
         buffer,
         pseudonymizer=Pseudonymizer(b"bench"),
         clock=clock,
         check_collisions=check_collisions,
-    ).attach()
+    )
+
+
+def attach_hooks(
+    manager: Any, buffer: EventBuffer, clock: Any, *, check_collisions: bool
+) -> KVCacheHooks:
+    """kvscope's hooks, attached to `manager`, recording into `buffer`."""
+    return make_hooks(manager, buffer, clock, check_collisions=check_collisions).attach()
 
 
 def bench_transport(
