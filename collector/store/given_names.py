@@ -22,11 +22,8 @@ import json
 import os
 from pathlib import Path
 
-import duckdb
-
-from collector.store.parquet_dataset import is_dataset
+from collector.store.meta_entry import write_meta_entry
 from collector.store.run_file import RunFile, StoreError
-from collector.store.run_opening import open_checked
 
 GIVEN_NAMES_KEY = "family_names"
 USER_FILE = "family-names.csv"
@@ -98,27 +95,12 @@ def write_run_names(path: Path, changes: dict[int, str | None]) -> str | None:
     file at `path` (no connection to it may be open in this process), in one statement; None
     when kept, else why not, in words (a dataset, a read-only file, one another process
     holds)."""
-    if is_dataset(path):
-        return "a Parquet dataset is not written to"
-    if not os.access(path, os.W_OK):
-        return "the run file is read only"
-    try:
-        connection = open_checked(path, read_only=False)
-    except StoreError as error:
-        return str(error).removeprefix(f"{path}: ")
-    try:
-        row = connection.execute(
-            "SELECT value FROM meta WHERE key = ?", [GIVEN_NAMES_KEY]
-        ).fetchone()
-        kept = _from_json(str(row[0])) if row else {}
-        merged = _changed(kept, changes)
-        document = json.dumps({f"{family:016x}": name for family, name in merged.items()})
-        connection.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [GIVEN_NAMES_KEY, document])
-    except duckdb.Error as error:
-        return str(error).splitlines()[0]
-    finally:
-        connection.close()
-    return None
+
+    def changed(kept: str | None) -> str:
+        merged = _changed(_from_json(kept) if kept else {}, changes)
+        return json.dumps({f"{family:016x}": name for family, name in merged.items()})
+
+    return write_meta_entry(path, GIVEN_NAMES_KEY, changed)
 
 
 def write_user_names(changes: dict[int, str | None], path: Path | None = None) -> None:

@@ -12,15 +12,14 @@ sample run: DuckDB reads every column once.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import duckdb
 
 from collector.store.given_names import GIVEN_NAMES_KEY
+from collector.store.meta_entry import write_meta_entry
 from collector.store.parquet_dataset import is_dataset
-from collector.store.run_file import RUN_TABLES, RunFile, StoreError
-from collector.store.run_opening import open_checked
+from collector.store.run_file import RUN_TABLES, RunFile
 
 ADVICE_KEY = "advice"
 
@@ -51,18 +50,4 @@ def write_advice(path: Path, document: str) -> str | None:
     """Keep `document` in the run file at `path` (no connection to it may be open in this
     process); None when kept, else why not, in words (a dataset, a read-only file, a file
     another process holds)."""
-    if is_dataset(path):
-        return "a Parquet dataset is not written to"
-    if not os.access(path, os.W_OK):
-        return "the run file is read only"
-    try:
-        connection = open_checked(path, read_only=False)
-    except StoreError as error:
-        return str(error).removeprefix(f"{path}: ")
-    try:
-        connection.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [ADVICE_KEY, document])
-    except duckdb.Error as error:
-        return str(error).splitlines()[0]
-    finally:
-        connection.close()
-    return None
+    return write_meta_entry(path, ADVICE_KEY, lambda _: document)
