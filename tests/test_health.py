@@ -175,6 +175,11 @@ def test_a_round_robin_fleet_is_red_for_its_routing_misses(tmp_path: Path) -> No
         f"{routed:.1%} of the prompt tokens missed because another engine had them cached"
         in lines[NAMES[5]].sentence
     )
+    # Round-robin spreads 120 requests 30 to an engine: the line says so, naming no engine.
+    assert (
+        "Of 4 engines, the requests spread evenly (the farthest engine from the others' "
+        "mean at 1.00x); no engine's hit ratio lags" in lines[NAMES[5]].sentence
+    )
     assert "(each engine on its own pool)" in lines[NAMES[0]].sentence
 
 

@@ -49,6 +49,12 @@ def _load(engines: pd.DataFrame, limits: dict[str, Any]) -> tuple[str, Status]:
         if balance.iloc[index] <= limits["amber_request_ratio"]
         else "green"
     )
+    if status == "green":  # the verdict first; no engine singled out
+        return (
+            f"the requests spread evenly (the farthest engine from the others' mean at "
+            f"{ratio.iloc[index]:.2f}x)",
+            status,
+        )
     return (
         f"{engines['engine'].iloc[index]} got {int(requests.iloc[index]):,} requests against "
         f"the others' mean of {others.iloc[index]:,.0f} ({ratio.iloc[index]:.2f}x)",
@@ -64,8 +70,15 @@ def _hits(engines: pd.DataFrame, limits: dict[str, Any]) -> tuple[str, Status]:
     own = (hit / prompt.where(prompt > 0)).fillna(0.0)
     gap = others - own
     index = int(gap.to_numpy().argmax())
+    status = rising(float(gap.iloc[index]), limits["amber_hit_gap"], limits["red_hit_gap"])
+    if status == "green":
+        return (
+            f"no engine's hit ratio lags the others' by more than "
+            f"{max(float(gap.iloc[index]), 0.0) * 100:.1f} points",
+            status,
+        )
     words = (
         f"{engines['engine'].iloc[index]} hit {own.iloc[index]:.1%} of its prompt tokens "
         f"against {others.iloc[index]:.1%} on the others"
     )
-    return words, rising(float(gap.iloc[index]), limits["amber_hit_gap"], limits["red_hit_gap"])
+    return words, status
