@@ -142,8 +142,12 @@ class SchedulerHooks:
             request_id for request_id, entry in prefilling.items() if entry[0].num_output_tokens
         ]
         for request_id in done:
-            request, num_tokens = prefilling.pop(request_id)
-            self.hooks.on_first_token(request, num_tokens, self._age_ns(request))
+            self._first_token(request_id)
+
+    def _first_token(self, request_id: str) -> None:
+        """Record the first output token of a request still counted as prefilling."""
+        request, num_tokens = self._prefilling.pop(request_id)
+        self.hooks.on_first_token(request, num_tokens, self._age_ns(request))
 
     def _age_ns(self, request: Any) -> int | None:
         """The time since the request's arrival at vLLM's front end, if its clock is known."""
@@ -166,9 +170,9 @@ class SchedulerHooks:
         def _free_request(request: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(request, *args, **kwargs)
             try:
-                entry = self._prefilling.pop(request.request_id, None)
-                if entry is not None and request.num_output_tokens:  # its one token
-                    self.hooks.on_first_token(request, entry[1], self._age_ns(request))
+                if request.num_output_tokens and request.request_id in self._prefilling:
+                    self._first_token(request.request_id)  # freed on its one token
+                self._prefilling.pop(request.request_id, None)
                 self.hooks.on_finish(request)
             except Exception as error:
                 self.hooks.failed(error, "Scheduler._free_request")
