@@ -1,38 +1,85 @@
 """Markers where the run's settings may have changed: each engine (engine id x DP rank) that
 started after the run's first record and either took over from one that had stopped (an
-engine restarted: another host:pid) or came with another pool than the engine that started
-before it; an engine that joined a running fleet with the same pool changed nothing."""
+engine restarted: another host:pid) or came with other settings than the engine that started
+before it (another pool, block size, hash algorithm, model, vLLM version or most sequences
+at once); an engine that joined a running fleet with the same settings changed nothing. The
+label names every setting that changed against the engine before it; a setting not known on
+both sides (a capture from before the collector kept each engine's) is not compared."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 import pandas as pd
 
 from collector.model.run_calendar import RunCalendar
 from collector.model.time_window import TimeWindow
 from collector.queries.fleet import engine_labels
 
+Engine = Mapping[Any, Any]  # a row of `fleet.engine_starts`
+
+# The settings of `fleet.engine_starts` a label names when they changed: column, words. The
+# pool is the usable blocks of the engine's first pool step.
+_SETTINGS = (
+    ("pool_blocks", "{} blocks"),
+    ("block_size", "block size {}"),
+    ("hash_algo", "hash {}"),
+    ("model", "model {}"),
+    ("vllm_version", "vLLM {}"),
+    ("max_num_seqs", "at most {} sequences"),
+)
+
 
 def engine_markers(starts: pd.DataFrame, window: TimeWindow) -> pd.DataFrame:
     """`t_s` and `label` of the engines of `fleet.engine_starts` marked (see above) that
     started inside the window."""
-    starts = starts.assign(name=engine_labels(starts["engine_id"], starts["dp_rank"]))
-    earlier = starts["pool_blocks"].shift()
+    names = engine_labels(starts["engine_id"], starts["dp_rank"])
+    engines = starts.to_dict("records")
     stopped_before = starts["end_s"].cummin().shift()  # the first stop among earlier engines
     rows = []
-    for (_, start), before, stopped in zip(starts.iterrows(), earlier, stopped_before, strict=True):
-        t_s, pool = float(start["t_s"]), start["pool_blocks"]
+    for number, (start, name, stopped) in enumerate(
+        zip(engines, names, stopped_before, strict=True)
+    ):
+        t_s = float(start["t_s"])
         if t_s <= 0 or not window.start_s <= t_s < window.end_s:
             continue
-        other_pool = not pd.isna(pool) and not pd.isna(before) and int(before) != int(pool)
-        if not other_pool and not stopped < t_s:
+        before = engines[number - 1] if number else None
+        changes = _changes(start, before)
+        if not changes and not stopped < t_s:
             continue
-        label = f"{start['name']} started"
-        if not pd.isna(pool):
-            label += f", {int(pool):,} blocks"
-        if other_pool:
-            label += f" (was {int(before):,})"
-        rows.append({"t_s": t_s, "label": label})
+        pool = start["pool_blocks"]  # said as it is, unless a change says it
+        said = [] if pd.isna(pool) or _changed(start, before, "pool_blocks") else [pool]
+        label = [f"{name} started", *(f"{_shown(blocks)} blocks" for blocks in said), *changes]
+        rows.append({"t_s": t_s, "label": ", ".join(label)})
     return pd.DataFrame(rows, columns=["t_s", "label"])
+
+
+def _changes(start: Engine, before: Engine | None) -> list[str]:
+    """Each setting of `start` known on both sides that differs from `before`'s, in the
+    order of _SETTINGS and in words: "block size 32 (was 16)"."""
+    if before is None:
+        return []
+    return [
+        f"{words.format(_shown(start[column]))} (was {_shown(before[column])})"
+        for column, words in _SETTINGS
+        if _changed(start, before, column)
+    ]
+
+
+def _changed(start: Engine, before: Engine | None, column: str) -> bool:
+    """Whether the setting is known for both engines and differs."""
+    if before is None or pd.isna(start[column]) or pd.isna(before[column]):
+        return False
+    return _shown(start[column]) != _shown(before[column])
+
+
+def _shown(value: Any) -> str:
+    """A setting's value in words: a count with thousands separators."""
+    if isinstance(value, int | float | np.number) and float(value).is_integer():
+        return f"{int(value):,}"
+    return str(value)
 
 
 def marker_words(markers: pd.DataFrame, calendar: RunCalendar) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from collector.live.announced import keep_settings, run_config
 from collector.live.batch_check import BatchDecoder, Rejections, check_sequence
 from collector.live.limits import Limits
 from collector.live.listener import Listener
@@ -75,6 +76,7 @@ class _EngineStream:
     last_ts_ns: int = 0  # the newest record's time: a drop found at a stream's end has it
     num_blocks: int | None = None  # the engine's pool, once a batch of this run named it
     capture_stopped: str = ""  # why the engine's hooks stopped capturing, once noted
+    settings_kept: bool = False  # its settings in the run (announced.py), once per collector
 
 
 @dataclass
@@ -297,12 +299,15 @@ class Receiver:
         if not records and not drops:
             return  # an engine's closing batch, with nothing missing: nothing to store
         if self.store is None:
-            self.store = self._open(RunStore.create(self.run_path, _run_config(header)))
+            self.store = self._open(RunStore.create(self.run_path, run_config(header)))
         elif not self._settings_from_engine:
             # vLLM's KV events came first: the run was made with the collector's guesses
             # (no pool size, no hash algorithm); an engine's header knows them.
-            self.store.update_config(_run_config(header))
+            self.store.update_config(run_config(header))
         self._settings_from_engine = True
+        if not stream.settings_kept:
+            keep_settings(self.store, header)
+            stream.settings_kept = True
         self.stats.missing_records += sum(drop.num_lost for drop in drops)
         self.stats.records += len(records)
         stored = self.store.append([*records, *drops])
@@ -377,24 +382,3 @@ def _named_with_gaps(
         missing(header.next_seq, stream.last_ts_ns)
         stream.next_seq = header.next_seq
     return drops
-
-
-def _run_config(header: BatchHeader) -> RunConfig:
-    settings = header.config
-    return RunConfig(
-        source="engine",
-        trace=None,
-        timing=None,
-        block_size=settings.block_size,
-        num_blocks=settings.num_blocks,
-        hash_algo=settings.hash_algo,
-        vllm_version=settings.vllm_version,
-        max_num_seqs=settings.max_num_seqs or None,
-        options={
-            "engine_id": header.engine_id,
-            "model": settings.model,
-            "check_collisions": settings.check_collisions,
-            "record_token_ids": settings.record_token_ids,
-            "kv_groups": msgspec.to_builtins(settings.kv_groups),
-        },
-    )

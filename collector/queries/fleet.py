@@ -239,25 +239,60 @@ def duplication_summary(
 def engine_starts(run: RunFile) -> pd.DataFrame:
     """Where each engine (engine id x DP rank) starts and stops: `t_s` and `end_s` (seconds
     from the run's first record) of its first and last records, and `pool_blocks`, its
-    usable pool as its first pool step
-    counts it (NULL: no pool steps); earliest first. Times are on the rollup grid's clock,
-    as the time-range slider's. A restarted engine is another engine
-    id (the hooks name it host:pid), so a restart shows as a new start; its block size is
-    not stored per engine."""
+    usable pool as its first pool step counts it (NULL: no pool steps); earliest first.
+    Times are on the rollup grid's clock, as the time-range slider's. A restarted engine is
+    another engine id (the hooks name it host:pid), so a restart shows as a new start.
+
+    With each, the settings it ran with: `block_size`, `num_blocks` (its pool as the engine
+    announced it, the null block included), `hash_algo`, `model`, `vllm_version` and
+    `max_num_seqs`, as the collector kept them from its batches' headers
+    (collector/live/announced.py). The engines of a run not captured live (a replay), and a
+    run's only engine, ran with the run's settings; an engine of a live capture made before
+    the collector kept each engine's has NULL."""
     return run.frame(
         f"""
         WITH rows AS (
             SELECT {_ENGINE}, ts_ns, NULL AS pool_blocks FROM events
             UNION ALL
             SELECT {_ENGINE}, ts_ns, num_free + num_in_use AS pool_blocks FROM pool
+        ),
+        starts AS (
+            SELECT engine_id, dp_rank,
+                (min(ts_ns) - (SELECT start_ns FROM rollup_grid)) / 1e9 AS t_s,
+                (max(ts_ns) - (SELECT start_ns FROM rollup_grid)) / 1e9 AS end_s,
+                CAST(arg_min(pool_blocks, ts_ns) FILTER (WHERE pool_blocks IS NOT NULL)
+                    AS BIGINT) AS pool_blocks
+            FROM rows
+            GROUP BY ALL
+        ),
+        announced AS (
+            SELECT DISTINCT value->>'engine_id' AS engine_id,
+                CAST(value->>'dp_rank' AS INTEGER) AS dp_rank, CAST(value AS JSON) AS settings
+            FROM meta
+            WHERE starts_with(key, 'engine_settings ')
+        ),
+        run AS (
+            SELECT source, block_size, num_blocks, hash_algo, vllm_version, max_num_seqs,
+                nullif(options->>'model', '') AS model
+            FROM runs
+            LIMIT 1
+        ),
+        joined AS (
+            SELECT starts.*, settings,
+                settings IS NULL AND ((SELECT source FROM run) <> 'engine' OR count(*) OVER () = 1)
+                    AS run_wide
+            FROM starts
+            LEFT JOIN announced USING (engine_id, dp_rank)
         )
-        SELECT engine_id, dp_rank,
-            (min(ts_ns) - (SELECT start_ns FROM rollup_grid)) / 1e9 AS t_s,
-            (max(ts_ns) - (SELECT start_ns FROM rollup_grid)) / 1e9 AS end_s,
-            CAST(arg_min(pool_blocks, ts_ns) FILTER (WHERE pool_blocks IS NOT NULL) AS BIGINT)
-                AS pool_blocks
-        FROM rows
-        GROUP BY ALL
+        SELECT engine_id, dp_rank, t_s, end_s, pool_blocks,
+            if(run_wide, block_size, CAST(settings->>'block_size' AS INTEGER)) AS block_size,
+            if(run_wide, num_blocks, CAST(settings->>'num_blocks' AS INTEGER)) AS num_blocks,
+            if(run_wide, hash_algo, settings->>'hash_algo') AS hash_algo,
+            if(run_wide, model, nullif(settings->>'model', '')) AS model,
+            if(run_wide, vllm_version, settings->>'vllm_version') AS vllm_version,
+            nullif(if(run_wide, max_num_seqs, CAST(settings->>'max_num_seqs' AS INTEGER)), 0)
+                AS max_num_seqs
+        FROM joined, run
         ORDER BY t_s, engine_id, dp_rank
         """
     )

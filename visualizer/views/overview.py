@@ -14,7 +14,7 @@ from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
 from collector.queries.config import describe_source, run_config
-from collector.queries.fleet import engine_starts, num_engines
+from collector.queries.fleet import engine_starts
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from collector.queries.summary import capture_stops, hit_ratio
 from collector.queries.timeline import run_calendar
@@ -23,6 +23,7 @@ from collector.store.run_file import RunFile
 from visualizer import (
     day_comparison,
     engine_markers,
+    engine_pools,
     health_card,
     latency_section,
     miss_breakdown,
@@ -43,13 +44,10 @@ def render() -> None:
     figures = activity.window_figures(run, window)
     config = run_config(run)
     st.title("Overview")
-    engines = num_engines(run)
-    pools = f"{config['num_blocks']:,} blocks"
-    if engines > 1:
-        pools = f"{engines} engines of {pools} each"
+    starts = engine_starts(run)
     st.caption(  # Streamlit draws a caption as Markdown: the run's own words are escaped
         f"{markdown_text(path.name)}: {markdown_text(describe_source(config), None)}, "
-        f"block size {config['block_size']}, {pools}, "
+        f"{markdown_text(engine_pools.pool_words(starts, config), None)}, "
         f"{markdown_text(config['hash_algo'])}, vLLM {markdown_text(config['vllm_version'])}. "
         f"Showing {window_caption(window, run)}."
     )
@@ -70,7 +68,7 @@ def render() -> None:
     points = activity.figures_over_time(run, window)
     if points.empty:
         st.info("Nothing happened in this time range.")
-    markers = engine_markers.engine_markers(engine_starts(run), window)
+    markers = engine_markers.engine_markers(starts, window)
     if not markers.empty:
         st.caption(
             "Engines started (a restart or a new engine: the settings may have changed): "

@@ -1,0 +1,56 @@
+"""What an engine's batch header announces of it (every batch carries the engine's cache
+settings, `engine_hooks.transport.EngineSettings`): the run's config, when its batch begins
+the run (`run_config`), and the settings the run keeps of each engine (`keep_settings`), so
+that an engine that restarted with another block size, hash algorithm or model is named as
+such (collector/queries/fleet.py, `engine_starts`)."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+
+from collector.store.run_file import RunConfig, RunStore
+from engine_hooks.transport import BatchHeader
+
+# The `meta` key of an engine's settings: "engine_settings ENGINE dpRANK"; its value is the
+# header's settings as JSON, with the engine's id and DP rank.
+SETTINGS_KEY = "engine_settings"
+
+
+def run_config(header: BatchHeader) -> RunConfig:
+    settings = header.config
+    return RunConfig(
+        source="engine",
+        trace=None,
+        timing=None,
+        block_size=settings.block_size,
+        num_blocks=settings.num_blocks,
+        hash_algo=settings.hash_algo,
+        vllm_version=settings.vllm_version,
+        max_num_seqs=settings.max_num_seqs or None,
+        options={
+            "engine_id": header.engine_id,
+            "model": settings.model,
+            "check_collisions": settings.check_collisions,
+            "record_token_ids": settings.record_token_ids,
+            "kv_groups": msgspec.to_builtins(settings.kv_groups),
+        },
+    )
+
+
+def keep_settings(store: RunStore, header: BatchHeader) -> None:
+    """Keep the header's engine settings in the run's `meta` (one key per engine and DP rank;
+    a resumed collector writes the same again)."""
+    value = {
+        "engine_id": header.engine_id,
+        "dp_rank": header.dp_rank,
+        **msgspec.to_builtins(header.config),
+    }
+    store.row(
+        "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+        [
+            f"{SETTINGS_KEY} {header.engine_id} dp{header.dp_rank}",
+            json.dumps(value, sort_keys=True),
+        ],
+    )
