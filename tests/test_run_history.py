@@ -4,14 +4,20 @@ against yesterday, and the markers where an engine (re)started with another pool
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
+from collector.advisor.suggestion import TIME_TITLE
+from collector.charts.theme import WALL_HOVER, WALL_TITLE
 from collector.model.run_calendar import DAY_BEFORE, DAY_S, LAST_DAY, WHOLE_RUN, RunCalendar
 from collector.model.time_window import TimeGrid
 from collector.queries.fleet import engine_starts
@@ -21,7 +27,7 @@ from collector.replay.block_manager import CacheSettings
 from collector.replay.workload import WorkloadShape, generate
 from collector.store.run_file import RunConfig, RunFile, RunStore
 from engine_hooks import Event
-from tests.support.app import metrics, start
+from tests.support.app import go_to, metrics, start
 from tests.support.block_manager import sample_engine_steps, tiny_run
 from tests.support.browser import (
     app_in_chromium,
@@ -113,6 +119,62 @@ def test_the_day_picker_selects_that_days_records(three_days: Path) -> None:
     # The slider moved by hand: the picker says so.
     app.slider(key="time_range").set_range(0.0, grid.bucket_s * 10).run()
     assert app.selectbox(key="time_range_days").value == "a range of your own"
+
+
+# Each page's charts over the run's time, at the least (a page may draw more: the Overview
+# its integrity chart when something went wrong).
+TIME_CHART_PAGES = {
+    "views/overview.py": 4,
+    "views/free_blocks.py": 1,
+    "views/hotspots.py": 1,
+    "views/collisions.py": 1,
+    "views/roi.py": 1,
+}
+
+
+def _time_charts(app: AppTest) -> list[dict[str, Any]]:
+    """The page's charts whose x axis is time, in seconds or on the wall clock: their specs."""
+    specs = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+    return [
+        spec
+        for spec in specs
+        if spec["layout"].get("xaxis", {}).get("title", {}).get("text") in (TIME_TITLE, WALL_TITLE)
+    ]
+
+
+def test_a_multi_day_runs_time_charts_read_on_the_wall_clock(three_days: Path) -> None:
+    """Every time chart of every page: a date axis (UTC), its series from the run's first
+    day to its last, hovers in wall time; none left in seconds."""
+    with RunFile.open(three_days) as run:
+        calendar = run_calendar(run)
+    first_day, last_day = calendar.wall(0).date(), calendar.wall(calendar.grid.span_s).date()
+    assert (last_day - first_day).days == 3  # 18:00 on a Friday to the Monday's evening, say
+    app = start(three_days)
+    for page, fewest in TIME_CHART_PAGES.items():
+        charts = _time_charts(go_to(app, page))
+        assert len(charts) >= fewest, page
+        for spec in charts:
+            xaxis, title = spec["layout"]["xaxis"], spec["layout"]["title"]["text"]
+            assert xaxis["title"]["text"] == WALL_TITLE, (page, title)
+            assert xaxis["type"] == "date" and xaxis["hoverformat"] == WALL_HOVER, (page, title)
+            times = pd.to_datetime([x for trace in spec["data"] for x in trace["x"]])
+            assert times.min().date() == first_day and times.max().date() == last_day, title
+            assert calendar.wall(0) <= times.min() and times.max() <= calendar.wall(
+                calendar.grid.span_s
+            ), title
+
+
+def test_a_run_under_a_day_keeps_its_charts_in_seconds() -> None:
+    app = start()
+    charts = _time_charts(app)
+    assert len(charts) >= 4
+    for spec in charts:
+        xaxis = spec["layout"]["xaxis"]
+        assert xaxis["title"]["text"] == TIME_TITLE and "type" not in xaxis
+        for trace in spec["data"]:  # seconds: numbers (Plotly sends arrays as typed bytes)
+            x = trace["x"]
+            seconds = np.frombuffer(base64.b64decode(x["bdata"]), x["dtype"]) if "bdata" in x else x
+            assert len(seconds) and all(0 <= value < DAY_S for value in seconds)
 
 
 def _spread_run(path: Path, days: float) -> Path:
@@ -211,9 +273,15 @@ def test_an_engine_restarted_with_another_pool_is_marked(tmp_path: Path) -> None
     assert "host:1 started" not in line  # it started the run: nothing changed there
     layouts = [json.loads(chart.proto.spec)["layout"] for chart in app.get("plotly_chart")]
     (hit_rate,) = [lay for lay in layouts if lay["title"]["text"].startswith("Prefix-cache hit")]
+    # The run spans more than a day: the chart reads on the wall clock, the marker at the
+    # restart's wall time, its label beside it.
     (marker,) = hit_rate["shapes"]
-    assert marker["x0"] == marker["x1"] == pytest.approx(restart_s)
-    assert hit_rate["annotations"][0]["text"] == "host:2 started, 199 blocks (was 119)"
+    (label,) = hit_rate["annotations"]
+    assert hit_rate["xaxis"]["type"] == "date"
+    at = pd.Timestamp(calendar.wall(restart_s))
+    assert pd.Timestamp(marker["x0"]) == pd.Timestamp(marker["x1"]) == pd.Timestamp(label["x"])
+    assert abs(pd.Timestamp(marker["x0"]) - at) < pd.Timedelta(milliseconds=1)
+    assert label["text"] == "host:2 started, 199 blocks (was 119)"
 
 
 def test_an_engine_that_joins_a_fleet_with_the_same_pool_is_no_marker(tmp_path: Path) -> None:

@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SEVERITIES = ("high", "medium", "low")
+# The x title of a chart over the run's time, seconds from its first record (the app puts a
+# run longer than a day on the wall clock).
+TIME_TITLE = "time (s)"
 
 
 @dataclass(frozen=True)

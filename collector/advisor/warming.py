@@ -15,7 +15,7 @@ import pandas as pd
 
 from collector.advisor.context import RunContext
 from collector.advisor.dynamic_field import family_label
-from collector.advisor.suggestion import Chart, Series, Suggestion, severity_for_gain
+from collector.advisor.suggestion import TIME_TITLE, Chart, Series, Suggestion, severity_for_gain
 from collector.queries.pool import eviction_times
 from collector.queries.requests import first_block_references
 from collector.queries.timeline import time_span_ns
@@ -198,7 +198,7 @@ def _uses_chart(context: RunContext, uses: pd.DataFrame, label: str) -> Chart:
     return Chart(
         kind="scatter",
         title=f"{label} prefix: uses over time (1 = hit, 0 = recomputed)",
-        x_title="time (s)",
+        x_title=TIME_TITLE,
         y_title="hit",
         series=series,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,9 @@ LAYOUT: dict[str, Any] = {
     "hovermode": "x unified",
 }
 RATIO_AXIS = {"title": "hit ratio", "range": [0, 1], "tickformat": ".0%"}
+# A time chart's x axis on the wall clock: the hover's time, and the axis title.
+WALL_HOVER = "%a %d %b %H:%M:%S UTC"
+WALL_TITLE = "time (UTC)"
 
 
 def blank_zeros(grid: pd.DataFrame) -> np.ndarray:
@@ -72,13 +76,48 @@ def per_point(points: pd.DataFrame, what: str) -> str:
     naming the point's width: "blocks per 3.93 s"."""
     if "width_s" not in points or points.empty:
         return f"{what} per point"
-    return f"{what} per {float(points['width_s'].iloc[0]):.3g} s"
+    return f"{what} per {duration_words(float(points['width_s'].iloc[0]))}"
+
+
+def duration_words(seconds: float) -> str:
+    """A time point's width as read: "3.93 s", "75 min", "1.5 h" (not "4.5e+03 s")."""
+    if seconds >= 5400:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 90:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
 
 
 def styled(figure: go.Figure, **layout: Any) -> go.Figure:
     """The figure with the shared layout, `layout`'s keys replacing it where given."""
     figure.update_layout(**{**LAYOUT, **layout})
     return figure
+
+
+def on_wall_clock(figure: go.Figure, origin: datetime | None) -> go.Figure:
+    """The time chart `figure`, its x in seconds from a run's first record, on the wall clock
+    (UTC) from `origin`, the first record's time: its series, and the vertical lines, bands
+    and labels placed on its x axis, move to the same instants; the axis becomes a date axis
+    (dates at day boundaries) and hovers give the wall time. `origin` None: as it is."""
+    if origin is None:
+        return figure
+
+    def wall(seconds: Any) -> Any:
+        return pd.Timestamp(origin) + pd.to_timedelta(seconds, unit="s")
+
+    for trace in figure.data:
+        if trace.x is not None and trace.xaxis in (None, "x"):
+            trace.x = wall(np.asarray(trace.x, dtype=float)).to_pydatetime()
+    for shape in figure.layout.shapes:
+        if shape.xref == "x":
+            shape.x0, shape.x1 = wall(shape.x0).to_pydatetime(), wall(shape.x1).to_pydatetime()
+    for annotation in figure.layout.annotations:
+        if annotation.xref == "x":
+            annotation.x = wall(annotation.x).to_pydatetime()
+    if figure.layout.legend.y is not None and figure.layout.legend.y < 0:
+        # under the dates' two lines of ticks and the axis title, not over them
+        figure.update_layout(legend_y=figure.layout.legend.y - 0.12)
+    return figure.update_xaxes(type="date", title_text=WALL_TITLE, hoverformat=WALL_HOVER)
 
 
 def alarm_line(figure: go.Figure, y: float, alarm_fraction: float) -> None:

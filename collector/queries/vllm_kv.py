@@ -7,6 +7,8 @@ medium, which means it) or an offload tier of vLLM's offloading connector ("CPU"
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pandas as pd
 
 from collector.store.run_file import RunFile
@@ -199,6 +201,15 @@ def vllm_kv_tier_occupancy(run: RunFile, num_buckets: int = 60) -> pd.DataFrame:
         """,
         grid,
     )
+
+
+def first_batch_at(run: RunFile) -> datetime | None:
+    """The wall time (UTC, naive) of the run's first vLLM batch, where its `t_s` count from
+    (vLLM stamps a batch with the engine's wall clock); None for a run without one."""
+    row = run.row("SELECT min(ts_ns) FROM vllm_kv_events")
+    if row is None or row[0] is None:
+        return None
+    return datetime.fromtimestamp(int(row[0]) / 1e9, UTC).replace(tzinfo=None)
 
 
 def _buckets(run: RunFile, num_buckets: int) -> dict[str, int]:

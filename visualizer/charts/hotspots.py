@@ -7,7 +7,7 @@ import itertools
 import pandas as pd
 import plotly.graph_objects as go
 
-from collector.charts.theme import COLORS, blank_zeros, styled
+from collector.charts.theme import COLORS, blank_zeros, duration_words, styled
 
 HEAT_SCALES = {"hits": "Greens", "stores": "Blues", "evictions": "Oranges"}
 
@@ -61,15 +61,13 @@ def _heatmap(
             hoverongaps=False,
             colorscale=HEAT_SCALES[measure],
             colorbar={"title": {"text": _per_cell(grid, measure)}},
-            hovertemplate=(
-                "t = %{x:.1f} s<br>" + hover_row + "<br>%{z} " + measure + "<extra></extra>"
-            ),
+            hovertemplate=("t = %{x}<br>" + hover_row + "<br>%{z} " + measure + "<extra></extra>"),
         )
     )
     return styled(
         figure,
         title=title,
-        xaxis_title="time (s)",
+        xaxis={"title": "time (s)", "hoverformat": ",.1f"},  # the hover's t, in seconds
         yaxis={
             "title": rows_title,
             **({"type": "category", "automargin": True} if categorical else {}),
@@ -82,7 +80,7 @@ def _per_cell(grid: pd.DataFrame, measure: str) -> str:
     """The colour bar's title, naming a cell's width in time: "hits per 1.2 s"."""
     times = sorted(float(time) for time in grid.columns)
     steps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    return f"{measure} per {min(steps):.3g} s" if steps else measure
+    return f"{measure} per {duration_words(min(steps))}" if steps else measure
 
 
 TOP_TITLES = {"hits": "Most-hit", "stores": "Most-stored", "evictions": "Most-evicted"}

@@ -4,6 +4,7 @@ and the what-if curves (hit ratio against KV cache memory, per block size)."""
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from collector.advisor.curves import whatif_curves
 from collector.advisor.formats import to_document
 from collector.advisor.scheduler_ratios import SchedulerCheck
 from collector.advisor.stored import keep, lookup, result_record
+from collector.advisor.suggestion import TIME_TITLE
+from collector.charts.theme import on_wall_clock
 from collector.model.kv_memory import DEFAULT_GPU_GIB, MODELS, GpuMemory, KVSpec
 from collector.queries import kv_groups
 from collector.replay.whatif import read_results
@@ -25,6 +28,7 @@ from visualizer.kv_spec_inputs import model_and_dtype
 from visualizer.metrics import metric_row
 from visualizer.run_source import current_run, open_run
 from visualizer.sidebar import controls
+from visualizer.wall_clock import chart_origin
 
 
 @st.cache_resource(max_entries=8)
@@ -163,7 +167,7 @@ def render() -> None:
     curves = result["curves"]
     show_chart(chart_figure(curves), chart_data(curves), key="advisor_whatif_curves")
     for entry in suggestions:
-        _suggestion(entry)
+        _suggestion(entry, chart_origin(run))
     st.subheader("Checks")
     # Plain text in the table: a title's `code` marks show as literal backticks there.
     checks = [{**check, "detail": check["detail"].replace("`", "")} for check in document["checks"]]
@@ -195,7 +199,9 @@ def _pools(config: dict[str, Any]) -> str:
     return f"{config['num_engines']} engines of {config['num_blocks']:,} blocks each"
 
 
-def _suggestion(entry: dict[str, Any]) -> None:
+def _suggestion(entry: dict[str, Any], origin: datetime | None) -> None:
+    """A suggestion and its charts, those over the run's time (`warming`'s uses) on the wall
+    clock from `origin` (`visualizer/wall_clock.py`)."""
     st.subheader(f"{entry['rank']}. {entry['title']}")
     st.caption(f"{entry['severity']} · rule `{entry['rule']}`")
     st.markdown("**Evidence**\n" + "".join(f"\n- {line}" for line in entry["evidence"]))
@@ -203,8 +209,9 @@ def _suggestion(entry: dict[str, Any]) -> None:
     st.markdown(f"**Do this**: {entry['action']}")
     columns = st.columns(max(len(entry["charts"]), 1))
     for number, chart in enumerate(entry["charts"]):
+        figure = chart_figure(chart)
         show_chart(
-            chart_figure(chart),
+            on_wall_clock(figure, origin if chart["x_title"] == TIME_TITLE else None),
             chart_data(chart),
             key=f"advisor_{entry['rank']}_chart_{number}",
             container=columns[number],

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.queries import activity, collisions
 from visualizer.charts.collisions import collision_checks_figure
 from visualizer.downloads import show_chart
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 
 def render() -> None:
@@ -37,7 +39,7 @@ def render() -> None:
     if points.empty:
         return
     show_chart(
-        collision_checks_figure(points, algorithm),
+        on_wall_clock(collision_checks_figure(points, algorithm), chart_origin(run)),
         points[["t_s", "block_hits", "collisions"]],
         key="collisions_checks",
     )

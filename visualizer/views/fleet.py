@@ -9,6 +9,7 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.model.kv_memory import MODELS, KVSpec, gib_for_blocks
 from collector.model.time_window import TimeWindow
 from collector.queries import fleet
@@ -21,6 +22,7 @@ from visualizer.kv_spec_inputs import model_and_dtype
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 ONE_ENGINE_NOTE = (
     "This page needs a run with several engines (engine ids or data-parallel ranks): a fleet "
@@ -107,7 +109,9 @@ def _pool_pressure(run: RunFile, window: TimeWindow) -> None:
     timeline = fleet.free_share_timeline(run, window)
     if timeline.empty:
         return
-    figure = fleet_charts.free_share_figure(timeline, LOW_FREE_FRACTION)
+    figure = on_wall_clock(
+        fleet_charts.free_share_figure(timeline, LOW_FREE_FRACTION), chart_origin(run)
+    )
     show_chart(figure, timeline, key="fleet_free_share")
     st.caption(
         "Each point is the engine's fullest moment in its stretch of time. An engine that "
@@ -128,7 +132,8 @@ def _duplication(
     if over_time.empty:
         st.info("No block was cached in this time range.")
         return
-    show_chart(fleet_charts.duplication_figure(over_time), over_time, key="fleet_duplication")
+    figure = on_wall_clock(fleet_charts.duplication_figure(over_time), chart_origin(run))
+    show_chart(figure, over_time, key="fleet_duplication")
     st.caption(
         "A block hash is cached on an engine from its store until that block's eviction or "
         "the engine's reset. Extra copies: per hash, the engines holding it at once, less "

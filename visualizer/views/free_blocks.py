@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from collector.charts.theme import per_point
+from collector.charts.theme import on_wall_clock, per_point
 from collector.model.family_names import name_of
 from collector.model.nicknames import with_nicknames
 from collector.model.time_window import TimeWindow
@@ -26,6 +26,7 @@ from visualizer.family_labels import named_families
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 MARKER_POINTS = 400
 EVICTION_POINTS = 80
@@ -56,7 +57,7 @@ def render() -> None:
         num_usable_blocks=num_usable,
         alarm_fraction=LOW_FREE_FRACTION,
     )
-    show_chart(figure, timeline, key="free_blocks_timeline")
+    show_chart(on_wall_clock(figure, chart_origin(run)), timeline, key="free_blocks_timeline")
     st.caption(
         "In use at the bottom, then cached but free (evictable: a hit brings it back), then "
         "free with no cached content. The dashed line is 10 % free; shaded stretches are "

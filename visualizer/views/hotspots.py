@@ -8,6 +8,7 @@ from collections import Counter
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.model.nicknames import with_nicknames
 from collector.model.time_window import TimeWindow
 from collector.queries import hotspots, kv_groups
@@ -20,6 +21,7 @@ from visualizer.family_labels import named_families
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 TOP_BLOCKS = 20  # bars: runs of blocks alike
 BLOCKS_FETCHED = 400  # the most-hit blocks folded into those runs
@@ -57,12 +59,12 @@ def _show_heatmap(run: RunFile, window: TimeWindow, heat: pd.DataFrame, group: i
     )
     if rows == "block":
         figure = hotspot_charts.heatmap_figure(heat, measure, time_grid(run).block_bin_size)
-        show_chart(figure, heat, key="hotspots_heatmap")
+        show_chart(on_wall_clock(figure, chart_origin(run)), heat, key="hotspots_heatmap")
     else:
         by: hotspots.HeatRows = "family" if rows == "family" else "tenant"
         owned = _named_rows(run, hotspots.owner_heatmap(run, window, by, MOST_ACTIVE_ROWS), rows)
         figure = hotspot_charts.owner_heatmap_figure(owned, measure, ROW_NAMES[rows])
-        show_chart(figure, owned, key="hotspots_heatmap")
+        show_chart(on_wall_clock(figure, chart_origin(run)), owned, key="hotspots_heatmap")
         if group is not None:
             st.caption("Families and tenants are counted on the reference KV cache group.")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.model.time_window import TimeWindow
 from collector.queries import kv_groups
 from collector.queries.config import run_config
@@ -15,6 +16,7 @@ from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 COLUMNS = {
     "kv_group": "group",
@@ -59,7 +61,9 @@ def render() -> None:
         return
     usable = int(run_config(run)["num_blocks"]) - 1
     show_chart(
-        group_in_use_figure(timeline, list(figures["kind"]), usable),
+        on_wall_clock(
+            group_in_use_figure(timeline, list(figures["kind"]), usable), chart_origin(run)
+        ),
         timeline,
         key="kv_groups_in_use",
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.model.time_window import TimeWindow
 from collector.queries import activity
 from collector.queries.activity import WindowFigures
@@ -36,6 +37,7 @@ from visualizer.metrics import metric_row
 from visualizer.run_source import current_run
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 
 def render() -> None:
@@ -75,18 +77,19 @@ def render() -> None:
             + markdown_text(engine_markers.marker_words(markers, run_calendar(run)), None)
         )
     left, right = st.columns(2)
+    origin = chart_origin(run)
     if not points.empty:
         with left:
             figure = overview_charts.with_markers(overview_charts.hit_rate_figure(points), markers)
-            show_chart(figure, points, key="overview_hit_rate")
+            show_chart(on_wall_clock(figure, origin), points, key="overview_hit_rate")
             figure = overview_charts.activity_figure(points)
-            show_chart(figure, points, key="overview_activity")
+            show_chart(on_wall_clock(figure, origin), points, key="overview_activity")
             _integrity(run, window, points)
         with right:
             figure = overview_charts.tokens_saved_figure(points)
-            show_chart(figure, points, key="overview_tokens")
+            show_chart(on_wall_clock(figure, origin), points, key="overview_tokens")
             figure = overview_charts.block_events_figure(points)
-            show_chart(figure, points, key="overview_blocks")
+            show_chart(on_wall_clock(figure, origin), points, key="overview_blocks")
     with right:
         run_settings.render(run, config)
 
@@ -168,7 +171,7 @@ def _tier_metrics(figures: WindowFigures) -> None:
 def _integrity(run: RunFile, window: TimeWindow, points: pd.DataFrame) -> None:
     """A badge when nothing went wrong (a flat zero line says no more), else the chart."""
     if points["collisions"].sum() or points["dropped_events"].sum():
-        figure = overview_charts.integrity_figure(points)
+        figure = on_wall_clock(overview_charts.integrity_figure(points), chart_origin(run))
         show_chart(figure, points, key="overview_integrity")
         return
     check = collision_check(run, window)

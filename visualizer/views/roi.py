@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.model import cost
 from collector.model.family_names import name_of
 from collector.model.nicknames import with_nicknames
@@ -23,6 +24,7 @@ from visualizer.family_labels import named_families
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
 from visualizer.sidebar.time_filter import window_caption
+from visualizer.wall_clock import chart_origin
 
 TOP_PREFIXES = 15
 
@@ -74,7 +76,8 @@ def _show_savings(run: RunFile, window: TimeWindow, model: cost.CostModel, block
         st.info("Nothing happened in this time range.")
         return
     series = cost.savings_over_time(points, model, block_size)
-    show_chart(roi_charts.savings_over_time_figure(series), series, key="roi_over_time")
+    figure = on_wall_clock(roi_charts.savings_over_time_figure(series), chart_origin(run))
+    show_chart(figure, series, key="roi_over_time")
     left, right = st.columns(2)
     with left:
         usage = with_nicknames(tenants.tenant_usage(run, window), "tenant", "lora")

@@ -4,9 +4,12 @@ these events cannot tell."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pandas as pd
 import streamlit as st
 
+from collector.charts.theme import on_wall_clock
 from collector.queries import vllm_kv as vllm_kv_queries
 from collector.store.run_file import RunFile
 from collector.vllm_kv.wire import MEDIUM_GPU
@@ -14,6 +17,7 @@ from visualizer.charts import vllm_kv as vllm_kv_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
+from visualizer.wall_clock import chart_origin
 
 HOW_TO_COLLECT = """
 Start vLLM with its KV events on (ZMQ publisher, replay socket for lost batches), then point
@@ -120,7 +124,8 @@ def render_received(run: RunFile, summary: dict[str, int], media: pd.DataFrame |
         f"{summary['publisher_restarts']} (vLLM numbers its batches from 0 again after one)."
     )
     activity = vllm_kv_queries.vllm_kv_activity(run)
-    show_chart(vllm_kv_charts.vllm_kv_activity_figure(activity), activity, key="vllm_kv_activity")
+    figure = on_wall_clock(vllm_kv_charts.vllm_kv_activity_figure(activity), _origin(run))
+    show_chart(figure, activity, key="vllm_kv_activity")
     if media is not None:
         render_tiers(run, media)
     render_gaps(run, summary)
@@ -147,7 +152,7 @@ def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
         "stored more often than removed; the GPU pool's count falls to 0 at each cache clear."
     )
     show_chart(
-        vllm_kv_charts.vllm_kv_tier_occupancy_figure(occupancy),
+        on_wall_clock(vllm_kv_charts.vllm_kv_tier_occupancy_figure(occupancy), _origin(run)),
         occupancy,
         key="vllm_kv_tier_occupancy",
     )
@@ -157,10 +162,16 @@ def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
         activity = vllm_kv_queries.vllm_kv_activity(run, medium=medium)
         title = f"What the {name}'s events reported over time"
         show_chart(
-            vllm_kv_charts.vllm_kv_activity_figure(activity, title),
+            on_wall_clock(vllm_kv_charts.vllm_kv_activity_figure(activity, title), _origin(run)),
             activity,
             key=f"vllm_kv_activity_{medium.lower()}",
         )
+
+
+def _origin(run: RunFile) -> datetime | None:
+    """Where this page's charts start on the wall clock, the first batch's time, for a run
+    longer than a day (`visualizer/wall_clock.py`); None where they read in seconds."""
+    return vllm_kv_queries.first_batch_at(run) if chart_origin(run) is not None else None
 
 
 def hash_width(summary: dict[str, int]) -> str:
