@@ -3,6 +3,7 @@ figure draws, exactly."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,16 @@ import pandas as pd
 import pytest
 
 from collector.charts import comparison as comparison_charts
-from collector.charts.theme import CATEGORY_COLORS, ROOT_COLOR, VERDICT_COLORS, category_colors
+from collector.charts.theme import (
+    CATEGORY_COLORS,
+    LAYOUT,
+    ROOT_COLOR,
+    VERDICT_COLORS,
+    WALL_HOVER,
+    WALL_TITLE,
+    category_colors,
+    on_wall_clock,
+)
 from collector.model import comparison, cost
 from collector.queries import activity, collisions, hotspots, prefix_tree, tenants
 from collector.queries.timeline import time_grid
@@ -224,6 +234,42 @@ def test_free_blocks_chart_marks_evictions_and_the_time_under_the_alarm() -> Non
     alarm, under = figure.layout.shapes
     assert alarm.y0 == 9  # 10 % of 10 usable blocks free
     assert (under.x0, under.x1) == (0.5, 1.0)
+
+
+def test_a_time_chart_on_the_wall_clock_moves_everything_on_its_time_axis() -> None:
+    """Series, the shaded stretch and an engine marker move to the same instants; the alarm
+    line (across the whole axis) stays; a heatmap's columns move too; no origin: unchanged."""
+    timeline = pd.DataFrame(
+        {"t_s": [0.0, 90_000.0], "in_use": [3, 8], "cached_free": [2, 1], "free_uncached": [5, 1]}
+    )
+    marks = pd.DataFrame({"t_s": [90_000.0], "count": [2]})
+    figure = free_block_charts.free_blocks_figure(
+        timeline,
+        evictions=marks,
+        preemptions=marks.iloc[:0],
+        low_periods=pd.DataFrame({"start_s": [3_600.0], "end_s": [7_200.5]}),
+        num_usable_blocks=10,
+    )
+    figure = overview_charts.with_markers(figure, marks.assign(label="host:2 started"))
+    assert on_wall_clock(figure, None) is figure and figure.layout.xaxis.type is None
+    origin = datetime(2026, 12, 4, 18, 0)
+    on_wall_clock(figure, origin)
+    assert list(figure.data[0].x) == [origin, datetime(2026, 12, 5, 19, 0)]
+    assert list(figure.data[3].x) == [datetime(2026, 12, 5, 19, 0)]  # the evictions' marks
+    alarm, under, marker = figure.layout.shapes
+    assert (alarm.xref, alarm.x0, alarm.x1) == ("x domain", 0, 1)
+    assert (under.x0, under.x1) == (
+        datetime(2026, 12, 4, 19),
+        datetime(2026, 12, 4, 20, 0, 0, 500_000),
+    )
+    assert marker.x0 == marker.x1 == figure.layout.annotations[-1].x == datetime(2026, 12, 5, 19)
+    assert figure.layout.annotations[0].xref == "x domain"  # the alarm line's label
+    xaxis = figure.layout.xaxis
+    assert (xaxis.type, xaxis.title.text, xaxis.hoverformat) == ("date", WALL_TITLE, WALL_HOVER)
+    assert figure.layout.legend.y < LAYOUT["legend"]["y"]  # under the dates' ticks
+    heat = pd.DataFrame({"block_start": [0, 0], "t_s": [0.0, 60.0], "hits": [1, 2]})
+    heatmap = on_wall_clock(hotspot_charts.heatmap_figure(heat, "hits", 1), origin)
+    assert list(heatmap.data[0].x) == [origin, datetime(2026, 12, 4, 18, 1)]
 
 
 def test_charts_load_no_streamlit() -> None:

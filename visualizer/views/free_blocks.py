@@ -57,7 +57,8 @@ def render() -> None:
         num_usable_blocks=num_usable,
         alarm_fraction=LOW_FREE_FRACTION,
     )
-    show_chart(on_wall_clock(figure, chart_origin(run)), timeline, key="free_blocks_timeline")
+    origin = chart_origin(run)
+    show_chart(on_wall_clock(figure, origin), timeline, key="free_blocks_timeline")
     st.caption(
         "In use at the bottom, then cached but free (evictable: a hit brings it back), then "
         "free with no cached content. The dashed line is 10 % free; shaded stretches are "
@@ -74,6 +75,9 @@ def render() -> None:
         }
     )
     if not low_periods.empty:
+        if origin is not None:  # a run longer than a day: when each began, on the wall clock
+            began = pd.Timestamp(origin) + pd.to_timedelta(low_periods["start_s"], unit="s")
+            low_periods.insert(0, "from (UTC)", began.dt.strftime("%a %d %b %H:%M:%S"))
         st.dataframe(low_periods, hide_index=True, key="free_blocks_low_periods")
     _what_evicts_what(run, window)
 
