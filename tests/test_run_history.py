@@ -168,6 +168,41 @@ def test_a_multi_day_runs_time_charts_read_on_the_wall_clock(three_days: Path) -
     assert stretches["from (UTC)"].tolist() == [f"{when:%a %d %b %H:%M:%S}" for when in began]
 
 
+def test_a_multi_day_fleets_time_charts_read_on_the_wall_clock(tmp_path: Path) -> None:
+    """Two engines' steps spread over two days: the Fleet page's free shares and duplicated
+    blocks over time on the wall clock."""
+    settings = CacheSettings(block_size=16, num_blocks=120)
+    steps = [*sample_engine_steps(settings, 30, "a"), *sample_engine_steps(settings, 30, "b")]
+    gap = int(2 * DAY_S * NS / len(steps))
+    records = []
+    for number, step in enumerate(steps):
+        for record in step:
+            record.ts_ns += (number % (len(steps) // 2)) * 2 * gap
+        records.extend(step)
+    path = tmp_path / "fleet.duckdb"
+    store = RunStore.create(path, RunConfig("engine", 16, 120, "sha256", "test"))
+    store.append(sorted(records, key=lambda record: record.ts_ns))
+    store.finalize()
+    store.close()
+    with RunFile.open(path) as run:
+        calendar = run_calendar(run)
+    assert calendar.is_multi_day
+    charts = {
+        spec["layout"]["title"]["text"]: spec
+        for spec in _time_charts(go_to(start(path), "views/fleet.py"))
+    }
+    assert {"Free share of each engine's pool", "Blocks cached on more than one engine"} <= set(
+        charts
+    )
+    for spec in charts.values():
+        assert spec["layout"]["xaxis"]["type"] == "date"
+        times = pd.to_datetime([x for trace in spec["data"] for x in trace["x"]])
+        assert calendar.wall(0) <= times.min() and times.max() <= calendar.wall(
+            calendar.grid.span_s
+        )
+        assert (times.max() - times.min()).total_seconds() > DAY_S
+
+
 def test_a_run_under_a_day_keeps_its_charts_in_seconds() -> None:
     app = start()
     charts = _time_charts(app)
