@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +13,15 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from collector.charts.theme import WALL_TITLE
 from collector.live.vllm_kv_subscriber import NOT_IN_BUFFER
+from collector.model.run_calendar import DAY_S
 from collector.queries.vllm_kv import vllm_kv_summary
 from collector.replay.block_manager import CacheSettings
 from collector.store.run_file import RunStore
 from collector.vllm_kv.conflicts import HashConflictDetector
 from collector.vllm_kv.ingest import append_vllm_batches
-from collector.vllm_kv.wire import Gap
+from collector.vllm_kv.wire import AllBlocksCleared, Gap, KVEventBatch, ReceivedBatch
 from tests.support.app import go_to, metrics, start
 from tests.support.browser import (
     app_in_chromium,
@@ -146,6 +149,33 @@ def test_the_activity_chart_stacks_stores_over_removals_and_marks_clears() -> No
     assert list(removed_bars.y) == [0, -3, -1]
     assert [shape.x0 for shape in figure.layout.shapes] == [1.0]
     assert figure.layout.barmode == "relative"
+
+
+def test_batches_over_two_days_read_on_the_wall_clock(tmp_path: Path) -> None:
+    """vLLM stamps a batch with the engine's wall clock: batches over two days, a cache
+    clear between, draw on a UTC date axis, the clear's line at its batch's time."""
+    start_s = datetime(2026, 12, 4, 18, 0, tzinfo=UTC).timestamp()
+    times = [start_s, start_s + 90_000, start_s + 2 * DAY_S]
+    events = [stored(H, [1, 2, 3, 4]), AllBlocksCleared(), stored(H + 1, [5, 6, 7, 8])]
+    batches = [
+        ReceivedBatch("ipc://test", 0, seq, KVEventBatch(ts=ts, events=[event]), replayed=False)
+        for seq, (ts, event) in enumerate(zip(times, events, strict=True))
+    ]
+    path = tmp_path / "run.duckdb"
+    run = events_run(path, CacheSettings(4, 5))
+    append_vllm_batches(run, batches, [], HashConflictDetector())
+    run.finalize()
+    run.close()
+    app = open_page(path)
+    spec = json.loads(app.get("plotly_chart")[0].proto.spec)  # the activity chart
+    layout = spec["layout"]
+    assert layout["xaxis"]["type"] == "date" and layout["xaxis"]["title"]["text"] == WALL_TITLE
+    (clear,) = layout["shapes"]
+    # the clear's bucket (60 over the two days: 48 min) starts at most a bucket before it
+    early = datetime(2026, 12, 5, 19, 0) - pd.Timestamp(clear["x0"])
+    assert pd.Timedelta(0) <= early < pd.Timedelta(seconds=2 * DAY_S / 60)
+    bars = pd.to_datetime(spec["data"][0]["x"])
+    assert bars.min() == pd.Timestamp(2026, 12, 4, 18) and bars.max().date().day == 6
 
 
 @pytest.mark.slow

@@ -203,13 +203,14 @@ def vllm_kv_tier_occupancy(run: RunFile, num_buckets: int = 60) -> pd.DataFrame:
     )
 
 
-def first_batch_at(run: RunFile) -> datetime | None:
-    """The wall time (UTC, naive) of the run's first vLLM batch, where its `t_s` count from
-    (vLLM stamps a batch with the engine's wall clock); None for a run without one."""
-    row = run.row("SELECT min(ts_ns) FROM vllm_kv_events")
+def batch_times(run: RunFile) -> tuple[datetime, datetime] | None:
+    """The wall times (UTC, naive) of the run's first vLLM batch, where its `t_s` count from,
+    and its last (vLLM stamps a batch with the engine's wall clock); None without one."""
+    row = run.row("SELECT min(ts_ns), max(ts_ns) FROM vllm_kv_events")
     if row is None or row[0] is None:
         return None
-    return datetime.fromtimestamp(int(row[0]) / 1e9, UTC).replace(tzinfo=None)
+    first, last = (datetime.fromtimestamp(int(ns) / 1e9, UTC).replace(tzinfo=None) for ns in row)
+    return first, last
 
 
 def _buckets(run: RunFile, num_buckets: int) -> dict[str, int]:

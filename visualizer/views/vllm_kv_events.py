@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from collector.charts.theme import on_wall_clock
+from collector.model.run_calendar import DAY_S
 from collector.queries import vllm_kv as vllm_kv_queries
 from collector.store.run_file import RunFile
 from collector.vllm_kv.wire import MEDIUM_GPU
@@ -17,7 +18,6 @@ from visualizer.charts import vllm_kv as vllm_kv_charts
 from visualizer.downloads import show_chart
 from visualizer.metrics import metric_row
 from visualizer.sidebar import controls
-from visualizer.wall_clock import chart_origin
 
 HOW_TO_COLLECT = """
 Start vLLM with its KV events on (ZMQ publisher, replay socket for lost batches), then point
@@ -169,9 +169,13 @@ def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
 
 
 def _origin(run: RunFile) -> datetime | None:
-    """Where this page's charts start on the wall clock, the first batch's time, for a run
-    longer than a day (`visualizer/wall_clock.py`); None where they read in seconds."""
-    return vllm_kv_queries.first_batch_at(run) if chart_origin(run) is not None else None
+    """Where this page's charts start on the wall clock, the first batch's time, where its
+    batches span more than a day (as `visualizer/wall_clock.py` reads a run: a collector that
+    takes only vLLM's events has no records of its own); None where they read in seconds."""
+    times = vllm_kv_queries.batch_times(run)
+    if times is None or (times[1] - times[0]).total_seconds() <= DAY_S:
+        return None
+    return times[0]
 
 
 def hash_width(summary: dict[str, int]) -> str:
