@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 
 BLUE = "#1f77b4"
 LIGHT_BLUE = "#aec7e8"
@@ -51,8 +52,19 @@ ROOT_COLOR = PALE_GREY
 VERDICT_COLORS = {"better": GREEN, "worse": RED, "same": GREY, "": BLUE}
 DIFFERS_COLOR = ORANGE
 
+# Plotly's plotly_white look: its layout, and the two of its trace defaults kvscope's charts
+# show (bars' white outline, heatmaps' plain colour bar). Plotly copies a figure's template
+# into the figure; plotly_white's defaults for every trace type made that copy a quarter of
+# the Overview's first drawing (0.33 s of 1.24 s for its 7 charts, profiled under load).
+TEMPLATE = go.layout.Template(
+    layout=pio.templates["plotly_white"].layout,
+    data={
+        "bar": [go.Bar(marker_line={"color": "white", "width": 0.5})],
+        "heatmap": [go.Heatmap(colorbar={"outlinewidth": 0, "ticks": ""})],
+    },
+)
 LAYOUT: dict[str, Any] = {
-    "template": "plotly_white",
+    "template": TEMPLATE,
     "margin": {"l": 60, "r": 20, "t": 60, "b": 40},
     "legend": {"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0},
     "hovermode": "x unified",
