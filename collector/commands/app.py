@@ -2,7 +2,9 @@
 
 `streamlit run visualizer/app.py` reads `.streamlit/config.toml` from the working folder only;
 started elsewhere it would listen on every interface. This command passes the settings on
-Streamlit's command line instead, so where it is started does not matter.
+Streamlit's command line instead, so where it is started does not matter. It starts the
+app's server module (`visualizer/server.py`: Streamlit's command line, the app's modules
+imported while the browser loads).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def _run_app(args: argparse.Namespace) -> int:
     spec = importlib.util.find_spec("visualizer")  # found, not imported: no Streamlit here
     assert spec is not None and spec.origin is not None
     app = Path(spec.origin).with_name("app.py")
-    command = [sys.executable, "-m", "streamlit", "run", str(app), *PRIVATE_SETTINGS]
+    command = [sys.executable, "-m", "visualizer.server", "run", str(app), *PRIVATE_SETTINGS]
     command += [f"--server.port={args.port}"]
     if args.db is not None:
         command += ["--", "--db", str(args.db.resolve())]

@@ -36,12 +36,14 @@ CHROMIUM_FLAGS = (
 
 @contextmanager
 def app_server(repo: Path, *arguments: str) -> Iterator[str]:
-    """`streamlit run visualizer/app.py` on 127.0.0.1; yields its base URL."""
+    """The app's server on 127.0.0.1, as `kvscope app` starts it (`visualizer/server.py`:
+    `streamlit run visualizer/app.py`, the app's modules imported while the page loads);
+    yields its base URL."""
     port = free_port()
     command = [
         sys.executable,
         "-m",
-        "streamlit",
+        "visualizer.server",
         "run",
         str(repo / "visualizer" / "app.py"),
         "--server.headless",
