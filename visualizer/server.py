@@ -1,8 +1,8 @@
 """The app's server, as `kvscope app` starts it: Streamlit's own command line, in a process that
-imports the app's modules (pandas, Plotly, DuckDB, kvscope's own) as soon as Streamlit's
-runtime is up, while a browser is still loading the page. The first page's script then finds
-them loaded instead of importing them itself: about a second of the app's opening on this
-project's 2-core machine (benchmarks/page_timing.py).
+has imported the app's modules before a browser can open a page: kvscope's collector (with
+pandas, Plotly and DuckDB) before the server listens, the app's own modules (whose caches
+attach to Streamlit's runtime) as soon as the runtime is up. The first page's script then
+finds them loaded instead of importing them itself (benchmarks/page_timing.py).
 
     python -m visualizer.server run visualizer/app.py [Streamlit's options] [-- --db RUN]
 
@@ -19,13 +19,21 @@ import time
 from streamlit import runtime
 from streamlit.web import cli
 
+import collector
 import visualizer
 
 # Page scripts draw when imported (Streamlit runs them); the app and this module start things.
 NOT_PRELOADED = ("visualizer.views", "visualizer.app", "visualizer.server")
 
 
-def preload() -> None:
+def preload_collector() -> None:
+    """Import every module of kvscope's collector: what the app reads runs with (none loads
+    vLLM; a page that replays imports it itself)."""
+    for module in pkgutil.walk_packages(collector.__path__, "collector."):
+        importlib.import_module(module.name)
+
+
+def preload_app() -> None:
     """Import every module of the app but its scripts, once Streamlit's runtime exists (their
     caches attach to it)."""
     while not runtime.exists():
@@ -36,7 +44,8 @@ def preload() -> None:
 
 
 def main() -> None:
-    threading.Thread(target=preload, name="kvscope-preload", daemon=True).start()
+    preload_collector()
+    threading.Thread(target=preload_app, name="kvscope-preload", daemon=True).start()
     cli.main(prog_name="streamlit")  # exits
 
 
