@@ -13,14 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from collector.queries.summary import run_summary
 from collector.replay.block_manager import CacheSettings
 from collector.store import live_copy
 from collector.store.live_copy import LiveCopy
+from collector.store.parquet_dataset import DERIVED_TABLES
 from collector.store.parquet_export import export_parquet
 from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path, open_readable
+from collector.store.segment_lifetimes import DERIVED_FILES
 from collector.store.segmented_run import RETENTION_KEY
 from collector.store.segments import SegmentPolicy, Segments
 from engine_hooks import Event
@@ -57,8 +60,63 @@ def two_engines(num_requests: int) -> list[list[Event]]:
     return [step for pair in itertools.zip_longest(engine_a, engine_b) for step in pair if step]
 
 
+# The derived tables compared row for row with one run file's: those without averages.
+WHOLE_ROWS = ("cache_lifetimes", "lookup_causes", "prefix_blocks", "requests", "tenant_sharing")
+
+
 def figures(run: RunFile) -> list[object]:
     return [run_summary(run), *(run.row(sql) for sql in FIGURES)]
+
+
+def derived_rows(run: RunFile, tables: tuple[str, ...] = tuple(sorted(DERIVED_TABLES))) -> dict:
+    """Every row of the run's derived `tables`, in one order."""
+    return {table: sorted(run.rows(f"SELECT * FROM {table}"), key=repr) for table in tables}
+
+
+def derived_listed(directory: Path) -> int:
+    """The closed segments whose manifests list their derived files (all three)."""
+    return sum(
+        {entry["table"] for entry in json.loads(path.read_text())["files"].values()}
+        >= set(DERIVED_FILES)
+        for path in (directory / "manifests").glob("*.json")
+    )
+
+
+def strip_derived(directory: Path) -> None:
+    """The closed segments as a kvscope before derived files closed them: none listed."""
+    for path in (directory / "manifests").glob("*.json"):
+        manifest = json.loads(path.read_text())
+        for name, entry in list(manifest["files"].items()):
+            if entry["table"] in DERIVED_FILES:
+                (directory / name).unlink()
+                del manifest["files"][name]
+        path.write_text(json.dumps(manifest))
+
+
+def across_boundaries(directory: Path) -> tuple[int, int, int]:
+    """What the closed segments carried across a boundary: lifetimes ended in a segment
+    after their store's, hits on a store of an earlier segment, and requests whose records
+    lie in more than one segment."""
+
+    def count(sql: str) -> int:
+        row = duckdb.connect().execute(sql).fetchone()
+        return int(row[0]) if row else 0
+
+    number = "CAST(regexp_extract(filename, '-(\\d+)(_\\d+)?\\.parquet$', 1) AS INTEGER)"
+    files = "read_parquet('{}/{}/**/*.parquet', filename = true, hive_partitioning = false)"
+    ended = count(
+        f"SELECT count(*) FROM {files.format(directory, 'cache_lifetimes')} "
+        f"WHERE stored_segment < {number}"
+    )
+    hits = count(
+        f"SELECT count(*) FROM {files.format(directory, 'hit_stores')} "
+        f"WHERE cached AND stored_segment < {number}"
+    )
+    requests = count(
+        f"SELECT count(*) FROM (SELECT request_id FROM {files.format(directory, 'events')} "
+        f"WHERE request_id IS NOT NULL GROUP BY request_id HAVING count(DISTINCT {number}) > 1)"
+    )
+    return ended, hits, requests
 
 
 @pytest.fixture(autouse=True)
@@ -89,12 +147,21 @@ def test_a_segmented_run_reads_as_the_same_run_in_one_file(tmp_path: Path) -> No
     for store in (plain, head):
         store.finalize()
         store.close()
+    assert derived_listed(segments.directory) == segments.next
+    assert min(across_boundaries(segments.directory)) > 0, "carried across boundaries"
     with RunFile.open(plain.path) as one, RunFile.open(head.path) as segmented:
         expected = figures(one)
         assert figures(segmented) == expected
+        assert derived_rows(segmented, WHOLE_ROWS) == derived_rows(one, WHOLE_ROWS)
+        derived = derived_rows(segmented)
         export_parquet(segmented, tmp_path / "dataset")
     with RunFile.open(tmp_path / "dataset") as exported:
         assert figures(exported) == expected
+    strip_derived(segments.directory)  # as a kvscope before them closed its segments
+    assert derived_listed(segments.directory) == 0
+    with RunFile.open(head.path) as older:
+        assert figures(older) == expected
+        assert derived_rows(older) == derived
 
 
 def test_clickhouse_reads_the_closed_segments_where_they_lie(tmp_path: Path) -> None:
@@ -154,8 +221,10 @@ def test_a_real_collector_writes_a_segmented_run_read_as_the_same_run(
     (plain, _), (segmented, output) = collected["plain"], collected["segmented"]
     closed = [line for line in output.splitlines() if "segment " in line and " closed" in line]
     assert len(closed) >= 2, output
+    assert derived_listed(segmented.with_name(segmented.name + ".segments")) >= 2
     with RunFile.open(plain) as one, RunFile.open(segmented) as whole:
         assert figures(whole) == figures(one)
+        assert derived_rows(whole, WHOLE_ROWS) == derived_rows(one, WHOLE_ROWS)
         assert whole.row("SELECT count(DISTINCT engine_id) FROM events") == (3,)
 
 
@@ -245,6 +314,7 @@ def test_a_segmented_run_killed_and_restarted_loses_nothing_and_its_view_goes_on
             assert restarted.row(sql) == one.row(sql), sql
         rows = "SELECT engine_id, seq, kind, block_id FROM events ORDER BY ALL"
         assert restarted.rows(rows) == one.rows(rows)
+        assert derived_rows(restarted, WHOLE_ROWS) == derived_rows(one, WHOLE_ROWS)
 
 
 def run_id(run: Path) -> str:
@@ -306,19 +376,35 @@ def test_retention_by_size_keeps_the_newest_segments_within_it(tmp_path: Path) -
     head.close()
     assert len(list(segments.directory.glob("manifests/*"))) == 2
     assert len(list(segments.directory.glob("events/**/*.parquet"))) == 2 * 2  # two engines
+    for name in DERIVED_FILES:  # dropped with their segments
+        assert len(list(segments.directory.glob(f"{name}/*.parquet"))) == 2
+    kept_files = f"read_parquet('{segments.directory}/cache_lifetimes/*.parquet')"
+    from_dropped = (
+        duckdb.connect()
+        .execute(f"SELECT count(*) FROM {kept_files} WHERE stored_segment < {segments.first}")
+        .fetchone()
+    )
+    assert from_dropped is not None and from_dropped[0] > 0, "stores in dropped segments"
     with RunFile.open(head.path) as run:
         assert open_rows is not None
         assert run.row("SELECT count(*) FROM events") == (kept + open_rows[0],)
         row = run.row("SELECT value FROM meta WHERE key = ?", [RETENTION_KEY])
         assert row is not None and "(--keep-size)" in row[0]
+        derived = derived_rows(run)
+    strip_derived(segments.directory)  # derived from the kept rows alone, as before
+    with RunFile.open(head.path) as run:
+        assert derived_rows(run) == derived
 
 
+@pytest.mark.parametrize("older", [False, True], ids=["derived", "older segments"])
 def test_a_head_resumed_after_a_kill_ages_its_evictions_from_the_closed_segments(
-    tmp_path: Path,
+    tmp_path: Path, older: bool
 ) -> None:
     """A segmented run whose writer stopped without finishing (as SIGKILL leaves it: rows
     committed, some evictions not yet aged) and was resumed: the evictions whose store is
-    in a closed segment get their ages, and the run equals one written in one go."""
+    in a closed segment get their ages, and the run equals one written in one go. `older`:
+    its closed segments written by a kvscope before derived files, so the resumed
+    collector's segments have none either (they would go on from them)."""
     steps = two_engines(60)
     plain = RunStore.create(tmp_path / "plain.duckdb", config("plain"))
     for records in steps:
@@ -337,6 +423,8 @@ def test_a_head_resumed_after_a_kill_ages_its_evictions_from_the_closed_segments
     unaged = head.row("SELECT count(*) FROM events WHERE kind = 'evict' AND age_ns IS NULL")
     assert unaged is not None and unaged[0] > 0 and segments.next > 3
     head.close()
+    if older:
+        strip_derived(segments.directory)
     head = RunStore.resume(head.path)
     segments = Segments(head, SegmentPolicy(rows=400), log=lambda _: None)
     for number, records in enumerate(steps[half:]):
@@ -346,5 +434,7 @@ def test_a_head_resumed_after_a_kill_ages_its_evictions_from_the_closed_segments
             segments.close_if_due()
     head.finalize()
     head.close()
+    assert derived_listed(segments.directory) == (0 if older else segments.next)
     with RunFile.open(plain.path) as one, RunFile.open(head.path) as resumed:
         assert figures(resumed) == figures(one)
+        assert derived_rows(resumed, WHOLE_ROWS) == derived_rows(one, WHOLE_ROWS)

@@ -24,7 +24,7 @@ PREVIOUS_COPY = "previous_copy"  # the name the carried statements read the copy
 # -- cache_lifetimes ----------------------------------------------------------------------
 
 # Block ids and record numbers hold within one engine (and DP rank) only.
-_ENGINE_EVENTS = """
+ENGINE_EVENTS = """
     SELECT seq, ts_ns, kind, block_id, block_hash, parent_hash, block_position, request_id,
         coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,
         coalesce(kv_group, 0) AS kv_group
@@ -43,7 +43,7 @@ _NEW_STORES = """
     LEFT JOIN requests USING (request_id)
     LEFT JOIN request_roots USING (request_id)"""
 # Each store (`stores`) matched to the eviction of its block or the reset that ended it.
-_ENDS = """
+STORE_ENDS = """
 evictions AS (SELECT engine, rank, seq, ts_ns, block_id FROM engine_events WHERE kind = 'evict'),
 resets AS (SELECT engine, rank, seq, ts_ns FROM engine_events WHERE kind = 'reset')
 SELECT stores.*,
@@ -96,13 +96,13 @@ CROSS JOIN rollup_grid AS grid"""
 # `cache_lifetimes` (and `temp.hit_stores`) from every event row.
 WHOLE_CACHE_LIFETIMES = f"""
 CREATE OR REPLACE TEMP TABLE lifetime_ends AS
-WITH engine_events AS ({_ENGINE_EVENTS}),
+WITH engine_events AS ({ENGINE_EVENTS}),
 new_stores AS (SELECT * FROM engine_events WHERE kind = 'store'),
 request_roots AS ({_REQUEST_ROOTS}
     GROUP BY request_id
 ),
 stores AS ({_NEW_STORES}),
-{_ENDS};
+{STORE_ENDS};
 
 CREATE OR REPLACE TEMP TABLE hit_stores AS
 WITH hits AS ({_HITS})
@@ -120,7 +120,7 @@ DROP TABLE temp.lifetime_ends
 # and these, with their hits.
 CARRIED_LIFETIME_ENDS = f"""
 CREATE OR REPLACE TEMP TABLE lifetime_ends AS
-WITH engine_events AS ({_ENGINE_EVENTS}
+WITH engine_events AS ({ENGINE_EVENTS}
         AND rowid >= $first_row
 ),
 new_stores AS (SELECT * FROM engine_events WHERE kind = 'store'),
@@ -134,7 +134,7 @@ stores AS ({_NEW_STORES}
         block_position, kv_group, stored_by, tenant, lora, salt_hash, root_hash, hits
     FROM previous_copy.cache_lifetimes WHERE ended_by IS NULL
 ),
-{_ENDS}
+{STORE_ENDS}
 """
 CARRIED_HIT_STORES = f"""
 CREATE OR REPLACE TEMP TABLE hit_stores AS

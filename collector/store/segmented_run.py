@@ -7,9 +7,11 @@ to an in-memory DuckDB and makes each record table a view of the head's rows and
 Parquet files of the segments the head's `meta` keeps (FIRST_KEY up to NEXT_KEY, so files
 of a segment being closed or dropped are never read half), `runs` and `meta` views of the
 head's, and derives `requests` and the rollups from all of them, as a combined Parquet
-dataset does. A segment's manifest that is gone was dropped by retention after the head (or
-its live copy) was read: its rows are left out; a file its manifest lists and that is gone
-or of other bytes is refused."""
+dataset does; but for the cache lifetimes (and the hits' stores `tenant_sharing` counts),
+made of those the kept segments derived when they closed and the head's, derived on from
+them (segment_lifetimes.py), where every kept segment has them. A segment's manifest that
+is gone was dropped by retention after the head (or its live copy) was read: its rows are
+left out; a file its manifest lists and that is gone or of other bytes is refused."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 
+from collector.store.lifetime_rollups import WHOLE_CACHE_LIFETIMES
 from collector.store.parquet_dataset import DERIVED_TABLES
 from collector.store.run_opening import (
     ATTACHED_AS,
@@ -27,6 +30,14 @@ from collector.store.run_opening import (
     open_checked,
 )
 from collector.store.schema import CREATE_STATEMENTS, DERIVED_STATEMENTS
+from collector.store.segment_lifetimes import (
+    CARRIED,
+    ENDED,
+    HITS,
+    derive_segment,
+    merged_hit_stores,
+    merged_lifetimes,
+)
 from collector.store.sql_literal import path_literal
 
 # The tables of recorded rows: those a segment takes out of the head.
@@ -63,13 +74,19 @@ def open_run(
         raise StoreError(f"{path}: the run file is damaged: {reason}") from error
     connection.close()
     segments = range(int(meta[FIRST_KEY]), int(meta[NEXT_KEY]))
-    files = _segment_files(Path(meta[DIR_KEY]), str(run[0] if run else ""), segments)
-    return _whole_run(path, files), path, True
+    files, read = _segment_files(Path(meta[DIR_KEY]), str(run[0] if run else ""), segments)
+    # The kept segments' lifetimes derived when each closed, if every one has them.
+    derived = read > 0 and len(files.get(CARRIED, [])) == read
+    return _whole_run(path, files, segments if derived else None), path, True
 
 
-def _segment_files(directory: Path, run_id: str, segments: range) -> dict[str, list[str]]:
-    """The kept segments' files, by table, each checked against its manifest's bytes."""
+def _segment_files(
+    directory: Path, run_id: str, segments: range
+) -> tuple[dict[str, list[str]], int]:
+    """The kept segments' files, by table, each checked against its manifest's bytes; and
+    how many kept segments' manifests were read."""
     files: dict[str, list[str]] = {}
+    read = 0
     for number in segments:
         manifest_path = directory / MANIFESTS / f"{segment_stem(run_id, number)}.json"
         try:
@@ -80,6 +97,7 @@ def _segment_files(directory: Path, run_id: str, segments: range) -> dict[str, l
             raise StoreError(
                 f"{manifest_path}: a segment's manifest cannot be read: {error}"
             ) from error
+        read += 1
         for name, entry in sorted(listed.items()):
             file = directory / name
             size = file.stat().st_size if file.is_file() else None
@@ -90,11 +108,15 @@ def _segment_files(directory: Path, run_id: str, segments: range) -> dict[str, l
                     "(a closed segment's file, lost or damaged)"
                 )
             files.setdefault(name.split("/")[0], []).append(str(file))
-    return files
+    return files, read
 
 
-def _whole_run(path: Path, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
-    """An in-memory database `run` over the head attached as HEAD and the segments' files."""
+def _whole_run(
+    path: Path, files: dict[str, list[str]], kept: range | None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory database `run` over the head attached as HEAD and the segments' files;
+    its derived tables derived from every row, but for the cache lifetimes where the kept
+    segments (`kept`) have theirs (segment_lifetimes.py)."""
     connection = connect(Path(":memory:"))
     try:
         connection.execute(f"ATTACH {path_literal(path)} AS {HEAD} (READ_ONLY)")
@@ -106,12 +128,33 @@ def _whole_run(path: Path, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnec
             _replace_with_view(connection, table, files.get(table, []))
         _replace_with_view(connection, "events", files.get("events", []), CLOSED_EVENTS)
         for statement in DERIVED_STATEMENTS:
-            connection.execute(statement)
+            if statement != WHOLE_CACHE_LIFETIMES or kept is None:
+                connection.execute(statement)
+            else:
+                _merge_lifetimes(connection, files, kept)
     except duckdb.Error as error:
         connection.close()
         reason = str(error).splitlines()[0]
         raise StoreError(f"{path}: a segmented run that cannot be read: {reason}") from error
     return connection
+
+
+def _merge_lifetimes(
+    connection: duckdb.DuckDBPyConnection, files: dict[str, list[str]], kept: range
+) -> None:
+    """The cache lifetimes and the hits' stores of the `kept` segments' files and of the
+    head's rows (the open segment, numbered `kept.stop`), derived on from the last kept
+    segment's state; from every row where the head's rows do not follow on from it."""
+
+    def execute(sql: str) -> tuple[object, ...] | None:
+        return connection.execute(sql).fetchone()
+
+    head = f"{HEAD}.main.events"
+    if not derive_segment(execute, head, kept.stop, files[CARRIED][-1], kept.start):
+        connection.execute(WHOLE_CACHE_LIFETIMES)
+        return
+    connection.execute(merged_lifetimes(files.get(ENDED, []), kept.start))
+    connection.execute(merged_hit_stores(files.get(HITS, []), kept.start))
 
 
 def _replace_with_view(

@@ -2,8 +2,9 @@
 written (its head) into immutable Parquet files, and drops the oldest closed segments that
 retention no longer keeps (docs/run-files.md, Segmented runs; segmented_run.py reads them).
 
-Closing writes the segment's rows of the record tables under a temporary folder, moves the
-files into place, then writes the segment's manifest; only then, in one transaction of the
+Closing writes the segment's rows of the record tables under a temporary folder, with the
+cache lifetimes derived from them on from the segment before (segment_lifetimes.py), moves
+the files into place, then writes the segment's manifest; only then, in one transaction of the
 head, are those rows deleted and `meta` told the segment is closed (NEXT_KEY). A collector
 killed before that transaction finds, on resuming, files of a segment its head does not
 count: it removes them, and the rows, still in the head, go into the segment again. So an
@@ -27,6 +28,7 @@ import duckdb
 
 from collector.store.live_copy import LiveCopy
 from collector.store.run_file import RunStore, StoreError
+from collector.store.segment_lifetimes import CARRIED, write_segment
 from collector.store.segmented_run import (
     DIR_KEY,
     FIRST_KEY,
@@ -125,6 +127,7 @@ class Segments:
         closed_at = datetime.now(UTC).replace(tzinfo=None)
         for table in RECORD_TABLES:
             self._write_table(table, temporary, stem, closed_at)
+        self._derive(number, temporary, stem)
         files = sorted(temporary.rglob("*.parquet"))
         listed = {file.relative_to(temporary).as_posix(): _entry(store, file) for file in files}
         for name, entry in listed.items():
@@ -150,6 +153,19 @@ class Segments:
             self.drop_older_than(closed_at - timedelta(days=self._policy.keep_days))
         if self._policy.keep_bytes is not None:
             self.drop_beyond(self._policy.keep_bytes)
+
+    def _derive(self, number: int, temporary: Path, stem: str) -> None:
+        """Derive the segment's cache lifetimes beside its files (segment_lifetimes.py), on
+        from the state the segment before left: none for the run's first segment or one
+        after a segment retention dropped; nothing where the segment before has none (closed
+        by an older kvscope, or out of order): readers then derive the run from its rows."""
+        before = self._manifest(number - 1) if number > self.first else {}
+        state = [name for name, entry in before.get("files", {}).items()
+                 if entry["table"] == CARRIED]  # fmt: skip
+        if before and not state:
+            return
+        path = str(self.directory / state[0]) if state else None
+        write_segment(self._store.row, number, path, temporary, stem)
 
     def drop_older_than(self, cutoff: datetime) -> None:
         """Drop the closed segments closed before `cutoff` (UTC)."""
