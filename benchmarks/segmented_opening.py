@@ -9,10 +9,10 @@ when they close, one closed as before (no derived files: its reader derives the 
 from every row when it opens the run), and the same records in one run file. Built under a
 temporary folder each time (a minute or two) and never kept.
 
-Prints, per size: the event rows and segments, the median of --rounds segment closes
-(the collector's, the derivation included or not), and the median of --rounds openings
-(`RunFile.open`, which derives the run's derived tables: `requests`, the rollups, the
-lifetimes, the lookups' causes) of each run, side by side, with the ratio.
+Prints, per size: the event rows and segments, the median segment close (the collector's,
+the derivation included or not), and the median of --rounds openings, the three runs in
+turn each round (`RunFile.open`, which derives the run's derived tables: `requests`, the
+rollups, the lifetimes, the lookups' causes), side by side, with the ratio.
 
     python benchmarks/segmented_opening.py [--requests 150,600] [--segment-rows 20000]
         [--rounds 5]
@@ -71,17 +71,19 @@ def build(path: Path, requests: int, segment_rows: int | None, derived: bool) ->
     return closes
 
 
-def opening(path: Path, rounds: int) -> tuple[float, int]:
-    """The median seconds of opening the run at `path` (and closing it), and its rows."""
-    seconds = []
-    rows = 0
+def opening(paths: list[Path], rounds: int) -> list[tuple[float, int]]:
+    """The median seconds of opening each run of `paths`, in turn round after round (so a
+    busy machine slows each alike), and its event rows."""
+    seconds: list[list[float]] = [[] for _ in paths]
+    rows = [0 for _ in paths]
     for _ in range(rounds):
-        started = time.perf_counter()
-        with RunFile.open(path) as run:
-            seconds.append(time.perf_counter() - started)
-            row = run.row("SELECT count(*) FROM events")
-            rows = int(row[0]) if row else 0
-    return statistics.median(seconds), rows
+        for index, path in enumerate(paths):
+            started = time.perf_counter()
+            with RunFile.open(path) as run:
+                seconds[index].append(time.perf_counter() - started)
+                row = run.row("SELECT count(*) FROM events")
+                rows[index] = int(row[0]) if row else 0
+    return [(statistics.median(times), count) for times, count in zip(seconds, rows, strict=True)]
 
 
 def measure(requests: int, segment_rows: int, rounds: int) -> None:
@@ -91,10 +93,12 @@ def measure(requests: int, segment_rows: int, rounds: int) -> None:
             "segments closed as before": (Path(folder) / "before.duckdb", segment_rows, False),
             "segments with derived lifetimes": (Path(folder) / "after.duckdb", segment_rows, True),
         }
-        results = {}
-        for name, (path, rows, derived) in runs.items():
-            closes = build(path, requests, rows, derived)
-            results[name] = (closes, *opening(path, rounds))
+        closes = {name: build(path, requests, rows, derived)
+                  for name, (path, rows, derived) in runs.items()}  # fmt: skip
+        openings = opening([path for path, _, _ in runs.values()], rounds)
+        results = {
+            name: (closes[name], *opened) for name, opened in zip(runs, openings, strict=True)
+        }
         before = results["segments closed as before"][1]
         print(f"\n{requests} requests on each of {len(ENGINES)} engines:")
         for name, (closes, seconds, rows) in results.items():
