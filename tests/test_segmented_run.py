@@ -348,6 +348,28 @@ def test_the_app_shows_a_segmented_run_as_the_run_in_one_file(
     assert shown == overview(plain)
 
 
+def test_an_engine_restarted_under_its_id_ends_the_derived_segments(tmp_path: Path) -> None:
+    """An engine that starts again under the same engine id numbers its records from 0: the
+    segments from then on cannot go on from the lifetimes of the ones before, so they are
+    closed without derived files, and the run reads as derived from all its rows."""
+    plain = RunStore.create(tmp_path / "plain.duckdb", config("plain"))
+    head = RunStore.create(tmp_path / "run.duckdb", config("restarted"))
+    segments = Segments(head, SegmentPolicy(rows=400), log=lambda _: None)
+    steps = [*sample_engine_steps(SETTINGS, 30, "a"), *sample_engine_steps(SETTINGS, 30, "a")]
+    for number, records in enumerate(steps):
+        plain.append(records)
+        head.append(records)
+        if number % 5 == 0:
+            head.flush()
+            segments.close_if_due()
+    for store in (plain, head):
+        store.finalize()
+        store.close()
+    assert 0 < derived_listed(segments.directory) < segments.next
+    with RunFile.open(plain.path) as one, RunFile.open(head.path) as segmented:
+        assert derived_rows(segmented, WHOLE_ROWS) == derived_rows(one, WHOLE_ROWS)
+
+
 def test_retention_by_size_keeps_the_newest_segments_within_it(tmp_path: Path) -> None:
     head = RunStore.create(tmp_path / "run.duckdb", config("sized"))
     lines: list[str] = []
