@@ -104,18 +104,18 @@ def test_each_sample_lines_status_follows_from_its_figures(
 def test_the_sample_names_its_biggest_loss_and_what_it_could_not_tell(tmp_path: Path) -> None:
     sample, tier = lines_of(SAMPLE_RUN), lines_of(SAMPLE_TIER_RUN)
     assert sample[NAMES[1]].sentence.startswith(
-        "The biggest loss is diverged from a cached prefix (inherent to the traffic) at 26.9%"
+        "The biggest loss is diverged from a cached prefix, inherent to the traffic, at 26.9%"
     )
     # The tier sample recorded no token ids, but its key-free fingerprints tell every cause.
     assert tier[NAMES[1]].sentence == (
-        "The biggest loss is diverged from a cached prefix (inherent to the traffic) at 26.9%; "
+        "The biggest loss is diverged from a cached prefix, inherent to the traffic, at 26.9%; "
         "the biggest avoidable one is evicted at 8.8%."
     )
     assert "(the offload tier's loads included)" in tier[NAMES[0]].sentence
     # Neither token ids nor fingerprints: a key mismatch cannot be told from a cold block.
     blind = lines_of(replayed(tmp_path, "blind", 80, check_collisions=False))
     assert blind[NAMES[1]].sentence.startswith(
-        "The biggest loss is unexplained (could not be told) at 40.1%"
+        "The biggest loss is unexplained, could not be told, at 40.1%"
     )
 
 

@@ -106,7 +106,7 @@ def miss_cause_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) 
         sentence = f"The biggest loss is {words}: {share[biggest]:.1%} of the prompt tokens"
     else:
         kind = "could not be told" if biggest == "unexplained" else "inherent to the traffic"
-        sentence = f"The biggest loss is {words} ({kind}) at {share[biggest]:.1%}"
+        sentence = f"The biggest loss is {words}, {kind}, at {share[biggest]:.1%}"
         sentence += (
             f"; the biggest avoidable one is {_cause_words(run, avoidable[0])} at "
             f"{share[avoidable[0]]:.1%}"
