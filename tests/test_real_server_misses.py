@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from collector.health.scorecard import scorecard
 from collector.queries.miss_causes import lookup_causes
 from collector.replay.block_manager import CacheSettings
 from collector.replay.replayer import ReplayOptions, replay
@@ -137,3 +138,16 @@ def test_a_live_capture_explains_each_miss_as_a_replay_of_the_same_requests_does
     assert all(causes.keys() == {"cold", "partial_block"} for causes in bulk)
     # the long prompts evicted the family's eight blocks; its own ninth block is new
     assert evicted == {"evicted": 256, "diverged": 32, "partial_block": 18}
+    # The Overview's verdict on the live run: vLLM's own share of cached prompt tokens, and
+    # the salted tenant's key mismatch (288 tokens) as the biggest avoidable loss, over the
+    # evicted family (256) and the diverged prompts (224).
+    with RunFile.open(live) as run:
+        lines = {line.name: line for line in scorecard(run)}
+    served = sum(c.cached_tokens for c in completions) / sum(c.prompt_tokens for c in completions)
+    hit_line = lines["Hit ratio against this traffic's ceiling"].sentence
+    assert hit_line.startswith(f"{served:.1%} of prompt tokens hit the cache"), hit_line
+    cause_line = lines["Biggest miss cause"]
+    assert "the biggest avoidable one is same tokens, another key (cache_salt)" in (
+        cause_line.sentence
+    ), cause_line
+    assert cause_line.status != "green"
