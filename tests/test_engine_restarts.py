@@ -114,3 +114,10 @@ def test_the_overview_of_a_fleet_with_different_pools_states_each(tmp_path: Path
     (heading,) = [c.value.replace("\\", "") for c in app.caption if "run.duckdb:" in c.value]
     assert "block size 16, 2 engines: 120 blocks (host:a), 200 blocks (host:b), sha256" in heading
     assert "of 120 blocks each" not in heading
+    # The run configuration table says the same, not the first engine's pool for the fleet.
+    (table,) = [frame.value for frame in app.dataframe if "setting" in frame.value.columns]
+    shown = dict(zip(table["setting"], table["value"], strict=True))
+    assert shown["block size and pool"] == (
+        "block size 16, 2 engines: 120 blocks (host:a), 200 blocks (host:b)"
+    )
+    assert "KV cache pool" not in shown and "block size" not in shown

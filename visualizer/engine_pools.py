@@ -23,10 +23,7 @@ def pool_words(starts: pd.DataFrame, config: Mapping[str, Any]) -> str:
     engine or none)."""
     if len(starts) <= 1:
         return f"block size {config['block_size']}, {int(config['num_blocks']):,} blocks"
-    names = engine_labels(starts["engine_id"], starts["dp_rank"])
-    kinds: dict[tuple[str, str], list[str]] = {}
-    for engine, name in zip(starts.to_dict("records"), names, strict=True):
-        kinds.setdefault(_settings(engine), []).append(name)
+    kinds = _kinds(starts)
     count = f"{len(starts)} engines"
     if len(kinds) == 1:
         ((size, pool),) = kinds
@@ -37,6 +34,21 @@ def pool_words(starts: pd.DataFrame, config: Mapping[str, Any]) -> str:
         return f"{size}, {count}: " + ", ".join(each)
     each = (f"{size}, {pool} ({_named(named)})" for (size, pool), named in kinds.items())
     return f"{count}: " + "; ".join(each)
+
+
+def alike(starts: pd.DataFrame) -> bool:
+    """Whether the run's engines all ran with one block size and pool (one engine or none:
+    the run's own)."""
+    return len(starts) <= 1 or len(_kinds(starts)) == 1
+
+
+def _kinds(starts: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
+    """The engines' names by their block size and pool, in words."""
+    names = engine_labels(starts["engine_id"], starts["dp_rank"])
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for engine, name in zip(starts.to_dict("records"), names, strict=True):
+        kinds.setdefault(_settings(engine), []).append(name)
+    return kinds
 
 
 def _settings(engine: Mapping[Any, Any]) -> tuple[str, str]:

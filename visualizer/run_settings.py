@@ -12,7 +12,9 @@ import streamlit as st
 
 from collector.queries import kv_groups
 from collector.queries.config import RunRow, describe_source, run_options
+from collector.queries.fleet import engine_starts
 from collector.store.run_file import RunFile
+from visualizer import engine_pools
 
 Setting = tuple[str, str, str]  # human name, value as shown, the raw keys behind it
 
@@ -37,9 +39,13 @@ def settings(run: RunFile, config: RunRow) -> list[Setting]:
     rows: list[Setting] = [
         ("where the records came from", describe_source(config), "source, trace")
     ]
+    starts = engine_starts(run)
+    per_engine = not engine_pools.alike(starts)
+    if per_engine:  # a fleet whose engines differ: each engine's, as its batches announced
+        rows.append(("block size and pool", engine_pools.pool_words(starts, config), _POOLS))
     for name, keys, value in _SHOWN:
         shown = value(config, options)
-        if shown is not None:
+        if shown is not None and not (per_engine and name in _PER_ENGINE):
             rows.append((name, shown, keys))
     groups = kv_groups.layout(run)
     rows.append(
@@ -108,6 +114,9 @@ def _yes(value: Any) -> str | None:
 
 
 _IDS = "record_token_ids"
+# The run's block size and pool, which a fleet's engines may each have had their own of.
+_PER_ENGINE = ("block size", "KV cache pool")
+_POOLS = "meta: engine_settings ENGINE dpRANK (block_size, num_blocks)"
 _SHOWN: list[tuple[str, str, Callable[[RunRow, dict[str, Any]], str | None]]] = [
     ("block size", "block_size", lambda c, o: _count(c.get("block_size"), " tokens")),
     ("KV cache pool", "num_blocks, block_size, options.engines", _pool),
