@@ -11,12 +11,14 @@ import json
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from collector.queries.summary import run_summary
+from collector.queries.timeline import run_calendar, time_grid
 from collector.replay.block_manager import CacheSettings
 from collector.store import live_copy
 from collector.store.live_copy import LiveCopy
@@ -24,7 +26,7 @@ from collector.store.parquet_dataset import DERIVED_TABLES
 from collector.store.parquet_export import export_parquet
 from collector.store.run_file import RunConfig, RunFile, RunStore, live_copy_path, open_readable
 from collector.store.segment_lifetimes import DERIVED_FILES
-from collector.store.segmented_run import RETENTION_KEY
+from collector.store.segmented_run import ORIGIN_KEY, RETENTION_KEY
 from collector.store.segments import SegmentPolicy, Segments
 from engine_hooks import Event
 from tests.support.app import start
@@ -254,6 +256,14 @@ def test_retention_drops_the_oldest_segments_and_says_so(
         rows = retained.rows("SELECT engine_id, seq, kind, block_id FROM events")
         assert set(rows) <= set(one.rows("SELECT engine_id, seq, kind, block_id FROM events"))
         assert run_summary(retained)["requests"] < run_summary(one)["requests"]
+        # The run's first record, dropped, is remembered: the first kept record's wall time
+        # is the run's start plus the time between them, as in the one run file.
+        whole_start, kept_start = time_grid(one).start_ns, time_grid(retained).start_ns
+        started = retained.row("SELECT started_at FROM runs")
+        assert started is not None
+        shift = timedelta(seconds=(kept_start - whole_start) / 1e9)
+        assert run_calendar(retained).started_at == started[0] + shift
+    assert int(meta[ORIGIN_KEY]) == whole_start
 
 
 def test_bad_segment_options_are_refused_in_one_line(tmp_path: Path) -> None:

@@ -7,11 +7,14 @@ clock) and live runs (the engine's monotonic clock) read the same way.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pandas as pd
 
 from collector.model.run_calendar import RunCalendar
 from collector.model.time_window import TimeGrid, TimeWindow
 from collector.store.run_file import RunFile
+from collector.store.segmented_run import ORIGIN_KEY
 
 
 def time_span_ns(run: RunFile) -> tuple[int, int]:
@@ -94,8 +97,13 @@ def time_grid(run: RunFile) -> TimeGrid:
 
 
 def run_calendar(run: RunFile) -> RunCalendar:
-    """The run's grid on the wall clock: its first record at the run's `started_at`."""
+    """The run's grid on the wall clock: its first record at the run's `started_at`; where
+    retention dropped it (a segmented run's `first_record_ns`), the first kept record that
+    much later."""
     row = run.row("SELECT started_at FROM runs")
     if row is None:
         raise LookupError("the run file has no runs row")
-    return RunCalendar(time_grid(run), row[0])
+    grid = time_grid(run)
+    dropped = run.row(f"SELECT value FROM meta WHERE key = '{ORIGIN_KEY}'")
+    later_s = max(grid.start_ns - int(dropped[0]), 0) / 1e9 if dropped else 0.0
+    return RunCalendar(grid, row[0] + timedelta(seconds=later_s))

@@ -44,6 +44,9 @@ from collector.store.sql_literal import path_literal
 RECORD_TABLES = tuple(sorted(RUN_TABLES - DERIVED_TABLES - {"runs", "meta"}))
 DIR_KEY, FIRST_KEY, NEXT_KEY = "segments_dir", "segments_first", "segments_next"
 RETENTION_KEY = "retention"
+# The time (ts_ns) of the run's first record, kept when retention first drops it: the run's
+# `started_at` is that record's wall time, whichever later record is the first kept.
+ORIGIN_KEY = "first_record_ns"
 MANIFESTS = "manifests"
 HEAD = "head"  # the name the head is attached under
 CLOSED_EVENTS = "closed_events"  # a view of the closed segments' event rows alone

@@ -34,6 +34,7 @@ from collector.store.segmented_run import (
     FIRST_KEY,
     MANIFESTS,
     NEXT_KEY,
+    ORIGIN_KEY,
     RECORD_TABLES,
     RETENTION_KEY,
     segment_stem,
@@ -199,12 +200,36 @@ class Segments:
             f"{datetime.now(UTC).replace(tzinfo=None).isoformat(timespec='seconds')}: "
             f"{rows:,} event rows {why}"
         )
-        self._in_one_transaction([], {FIRST_KEY: str(first), RETENTION_KEY: note})
+        meta = {FIRST_KEY: str(first), RETENTION_KEY: note}
+        origin = self._first_record_ns(old)
+        if origin is not None:
+            meta[ORIGIN_KEY] = str(origin)
+        self._in_one_transaction([], meta)
         self._store.checkpoint()
         for manifest in old:
             self._remove_segment(int(manifest["segment"]), manifest)
         self.first = first
         self._log(f"kvscope collect: retention: {note}")
+
+    def _first_record_ns(self, old: list[dict[str, Any]]) -> int | None:
+        """The time of the run's first record: the oldest of the one an earlier drop kept and
+        the records of the segments `old`, about to be dropped."""
+        kept = self._store.row("SELECT value FROM meta WHERE key = ?", [ORIGIN_KEY])
+        times = [int(kept[0])] if kept else []
+        files = [
+            self.directory / name
+            for manifest in old
+            for name, entry in manifest["files"].items()
+            if entry["table"] in ENGINE_TABLES and (self.directory / name).is_file()
+        ]
+        if files:
+            listed = ", ".join(path_literal(file) for file in files)
+            row = self._store.row(
+                f"SELECT min(ts_ns) FROM read_parquet([{listed}], union_by_name = true)"
+            )
+            if row and row[0] is not None:
+                times.append(int(row[0]))
+        return min(times, default=None)
 
     def _write_table(self, table: str, temporary: Path, stem: str, closed_at: datetime) -> None:
         store = self._store
