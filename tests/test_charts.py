@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 
 from collector.charts import comparison as comparison_charts
@@ -205,18 +206,26 @@ def test_comparison_charts(points: pd.DataFrame) -> None:
     assert colours["Requests"] == VERDICT_COLORS["same"]
 
 
+def _free_blocks_of_ten(
+    timeline: pd.DataFrame, evictions: pd.DataFrame, start_s: float, end_s: float
+) -> go.Figure:
+    """The free-blocks chart of a pool of 10 usable blocks, no preemptions, one stretch under
+    the alarm from `start_s` to `end_s`."""
+    return free_block_charts.free_blocks_figure(
+        timeline,
+        evictions=evictions,
+        preemptions=evictions.iloc[:0],
+        low_periods=pd.DataFrame({"start_s": [start_s], "end_s": [end_s]}),
+        num_usable_blocks=10,
+    )
+
+
 def test_free_blocks_chart_marks_evictions_and_the_time_under_the_alarm() -> None:
     timeline = pd.DataFrame(
         {"t_s": [0.0, 1.0], "in_use": [3, 8], "cached_free": [2, 1], "free_uncached": [5, 1]}
     )
     evictions = pd.DataFrame({"t_s": [0.0, 1.0], "count": [1, 4]})
-    figure = free_block_charts.free_blocks_figure(
-        timeline,
-        evictions=evictions,
-        preemptions=evictions.iloc[:0],
-        low_periods=pd.DataFrame({"start_s": [0.5], "end_s": [1.0]}),
-        num_usable_blocks=10,
-    )
+    figure = _free_blocks_of_ten(timeline, evictions, start_s=0.5, end_s=1.0)
     names = [trace.name for trace in figure.data]
     assert names == [
         "in use",
@@ -243,13 +252,7 @@ def test_a_time_chart_on_the_wall_clock_moves_everything_on_its_time_axis() -> N
         {"t_s": [0.0, 90_000.0], "in_use": [3, 8], "cached_free": [2, 1], "free_uncached": [5, 1]}
     )
     marks = pd.DataFrame({"t_s": [90_000.0], "count": [2]})
-    figure = free_block_charts.free_blocks_figure(
-        timeline,
-        evictions=marks,
-        preemptions=marks.iloc[:0],
-        low_periods=pd.DataFrame({"start_s": [3_600.0], "end_s": [7_200.5]}),
-        num_usable_blocks=10,
-    )
+    figure = _free_blocks_of_ten(timeline, marks, start_s=3_600.0, end_s=7_200.5)
     figure = overview_charts.with_markers(figure, marks.assign(label="host:2 started"))
     assert on_wall_clock(figure, None) is figure and figure.layout.xaxis.type is None
     origin = datetime(2026, 12, 4, 18, 0)
