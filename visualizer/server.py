@@ -11,6 +11,7 @@ finds them loaded instead of importing them itself (benchmarks/page_timing.py).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 import threading
@@ -30,7 +31,7 @@ def preload_collector() -> None:
     """Import every module of kvscope's collector: what the app reads runs with (none loads
     vLLM; a page that replays imports it itself)."""
     for module in pkgutil.walk_packages(collector.__path__, "collector."):
-        importlib.import_module(module.name)
+        _import(module.name)
 
 
 def preload_app() -> None:
@@ -40,7 +41,14 @@ def preload_app() -> None:
         time.sleep(0.05)
     for module in pkgutil.walk_packages(visualizer.__path__, "visualizer."):
         if not module.name.startswith(NOT_PRELOADED):
-            importlib.import_module(module.name)
+            _import(module.name)
+
+
+def _import(name: str) -> None:
+    """Import a module, unless it needs a package this environment lacks: the page that uses
+    it says so when it is opened, as without the preload."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module(name)
 
 
 def main() -> None:
