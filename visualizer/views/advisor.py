@@ -166,8 +166,9 @@ def render() -> None:
     )
     curves = result["curves"]
     show_chart(chart_figure(curves), chart_data(curves), key="advisor_whatif_curves")
+    origin = chart_origin(run)
     for entry in suggestions:
-        _suggestion(entry, chart_origin(run))
+        _suggestion(entry, origin)
     st.subheader("Checks")
     # Plain text in the table: a title's `code` marks show as literal backticks there.
     checks = [{**check, "detail": check["detail"].replace("`", "")} for check in document["checks"]]

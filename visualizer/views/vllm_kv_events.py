@@ -124,17 +124,19 @@ def render_received(run: RunFile, summary: dict[str, int], media: pd.DataFrame |
         f"{summary['publisher_restarts']} (vLLM numbers its batches from 0 again after one)."
     )
     activity = vllm_kv_queries.vllm_kv_activity(run)
-    figure = on_wall_clock(vllm_kv_charts.vllm_kv_activity_figure(activity), _origin(run))
+    origin = _origin(run)
+    figure = on_wall_clock(vllm_kv_charts.vllm_kv_activity_figure(activity), origin)
     show_chart(figure, activity, key="vllm_kv_activity")
     if media is not None:
-        render_tiers(run, media)
+        render_tiers(run, media, origin)
     render_gaps(run, summary)
     render_conflicts(run, summary)
 
 
-def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
+def render_tiers(run: RunFile, media: pd.DataFrame, origin: datetime | None) -> None:
     """Per medium (GPU pool, CPU tier): blocks stored, removed and held at the end; blocks held
-    over time, and each tier's own stores and evictions."""
+    over time, and each tier's own stores and evictions; on the wall clock from `origin`
+    (`_origin`), where the page's batches span more than a day."""
     names = [vllm_kv_charts.medium_name(medium) for medium in media["medium"]]
     occupancy = vllm_kv_queries.vllm_kv_tier_occupancy(run)
     held_at_end = occupancy.groupby("medium")["blocks_held"].last().to_dict()
@@ -152,7 +154,7 @@ def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
         "stored more often than removed; the GPU pool's count falls to 0 at each cache clear."
     )
     show_chart(
-        on_wall_clock(vllm_kv_charts.vllm_kv_tier_occupancy_figure(occupancy), _origin(run)),
+        on_wall_clock(vllm_kv_charts.vllm_kv_tier_occupancy_figure(occupancy), origin),
         occupancy,
         key="vllm_kv_tier_occupancy",
     )
@@ -162,7 +164,7 @@ def render_tiers(run: RunFile, media: pd.DataFrame) -> None:
         activity = vllm_kv_queries.vllm_kv_activity(run, medium=medium)
         title = f"What the {name}'s events reported over time"
         show_chart(
-            on_wall_clock(vllm_kv_charts.vllm_kv_activity_figure(activity, title), _origin(run)),
+            on_wall_clock(vllm_kv_charts.vllm_kv_activity_figure(activity, title), origin),
             activity,
             key=f"vllm_kv_activity_{medium.lower()}",
         )
