@@ -12,18 +12,18 @@ import streamlit as st
 
 from collector.queries import kv_groups
 from collector.queries.config import RunRow, describe_source, run_options
-from collector.queries.fleet import engine_starts
 from collector.store.run_file import RunFile
 from visualizer import engine_pools
 
 Setting = tuple[str, str, str]  # human name, value as shown, the raw keys behind it
 
 
-def render(run: RunFile, config: RunRow) -> None:
-    """The short table; with the toggle on, each setting's raw keys and every key recorded."""
+def render(run: RunFile, config: RunRow, starts: pd.DataFrame) -> None:
+    """The short table; with the toggle on, each setting's raw keys and every key recorded.
+    `starts`: the run's `fleet.engine_starts`, with each engine's settings."""
     st.subheader("Run configuration")
     raw = st.toggle("Show the raw keys", key="overview_config_raw_keys")
-    rows = pd.DataFrame(settings(run, config), columns=["setting", "value", "raw keys"])
+    rows = pd.DataFrame(settings(run, config, starts), columns=["setting", "value", "raw keys"])
     shown = rows if raw else rows[["setting", "value"]]
     height = 35 * (len(rows) + 1) + 3
     st.dataframe(shown, hide_index=True, height=height, key="overview_config")
@@ -32,14 +32,14 @@ def render(run: RunFile, config: RunRow) -> None:
         st.dataframe(raw_rows(config), hide_index=True, key="overview_config_raw")
 
 
-def settings(run: RunFile, config: RunRow) -> list[Setting]:
+def settings(run: RunFile, config: RunRow, starts: pd.DataFrame) -> list[Setting]:
     """The settings that matter to an operator, each with the raw keys it shows; a setting the
-    run did not record is left out."""
+    run did not record is left out; a fleet's block size and pool by engine where its engines
+    (`starts`) differ."""
     options = run_options(config)
     rows: list[Setting] = [
         ("where the records came from", describe_source(config), "source, trace")
     ]
-    starts = engine_starts(run)
     per_engine = not engine_pools.alike(starts)
     if per_engine:  # a fleet whose engines differ: each engine's, as its batches announced
         rows.append(("block size and pool", engine_pools.pool_words(starts, config), _POOLS))

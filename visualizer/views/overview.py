@@ -91,7 +91,7 @@ def render() -> None:
             figure = overview_charts.block_events_figure(points)
             show_chart(on_wall_clock(figure, origin), points, key="overview_blocks")
     with right:
-        run_settings.render(run, config)
+        run_settings.render(run, config, starts)
 
 
 def _metrics(figures: WindowFigures, pool: FreeBlockExtremes) -> None:
