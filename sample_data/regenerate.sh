@@ -10,7 +10,9 @@
 # token's cause). Every replay takes vLLM's own Scheduler (the default timing) at the trace's
 # arrival times.
 # The tenants are synthetic, so their names are kept (--reveal-tenants); the fixed key makes
-# the salt pseudonyms the same on every machine.
+# the salt pseudonyms the same on every machine. --no-advise: advice kept in a run is served
+# only to the kvscope that worked it out (collector/advisor/stored.py), so a committed sample's
+# would be stale at the next change of the code; `kvscope advise RUN` keeps it in a copy.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 rm -f "$here/trace.jsonl.gz" "$here/run.duckdb" "$here/run_block32.duckdb" \
@@ -19,16 +21,16 @@ kvscope generate --out "$here/trace.jsonl.gz" --seed 7
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" --out "$here/run.duckdb" \
     --block-size 16 --num-blocks 1200 --max-num-seqs 32 \
     --record-token-ids --tokenizer mistral_common:data/tokenizer.model.v1 \
-    --reveal-tenants --check-collisions --quiet --json
+    --reveal-tenants --check-collisions --quiet --json --no-advise
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
     --out "$here/run_block32.duckdb" \
     --block-size 32 --num-blocks 600 --max-num-seqs 32 \
-    --reveal-tenants --check-collisions --quiet --json
+    --reveal-tenants --check-collisions --quiet --json --no-advise
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
     --out "$here/run_hybrid.duckdb" --kv-layout gpt-oss \
     --block-size 16 --num-blocks 1500 --max-num-seqs 32 \
-    --reveal-tenants --check-collisions --quiet --json
+    --reveal-tenants --check-collisions --quiet --json --no-advise
 KVSCOPE_SECRET=kvscope-sample kvscope replay "$here/trace.jsonl.gz" \
     --out "$here/run_tier.duckdb" --cpu-tier-blocks 2400 \
     --block-size 16 --num-blocks 1200 --max-num-seqs 32 \
-    --reveal-tenants --check-collisions --quiet --json
+    --reveal-tenants --check-collisions --quiet --json --no-advise

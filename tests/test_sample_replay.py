@@ -30,7 +30,7 @@ def test_replaying_the_sample_trace_gives_the_committed_run(
     arguments = ["replay", str(SAMPLE_TRACE), "--out", str(run), "--block-size", "16"]
     arguments += ["--num-blocks", "1200", "--max-num-seqs", "32"]  # the scheduler timing
     arguments += ["--record-token-ids", "--tokenizer", "mistral_common:data/tokenizer.model.v1"]
-    arguments += ["--reveal-tenants", "--check-collisions", "--quiet"]
+    arguments += ["--reveal-tenants", "--check-collisions", "--quiet", "--no-advise"]
     assert main(arguments) == 0
     with RunFile.open(run) as replayed, RunFile.open(SAMPLE_RUN) as committed:
         tables = [row[0] for row in committed.rows("SHOW TABLES")]

@@ -25,7 +25,7 @@ from collector.store.run_file import RunFile, RunStore
 from collector.store.run_opening import open_checked
 from collector.store.stored_advice import read_advice, write_advice
 from tests.support.app import go_to, start
-from tests.support.repo import SAMPLE_RUN
+from tests.support.repo import SAMPLE_RUN, SAMPLE_TRACE
 
 Advised = tuple[Path, dict[str, Any], str]
 
@@ -170,3 +170,36 @@ def test_the_overview_and_the_advisor_page_show_it(
     titles = [f"{entry['rank']}. {entry['title']}" for entry in document["suggestions"]]
     assert [subheader.value for subheader in page.subheader] == [*titles, "Checks"]
     assert list(tmp_path.iterdir()) == []  # the page replayed nothing and kept nothing
+
+
+def replay(*arguments: str) -> tuple[str, str]:
+    """`kvscope replay ARGUMENTS` in this process: what it printed, and its progress."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["replay", *arguments]) == 0
+    return out.getvalue(), err.getvalue()
+
+
+def test_replay_keeps_the_advice_at_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kvscope replay` works out the advice at its end and keeps it in the run: the next
+    advise reads it, and prints what a replay told --no-advise gets worked out afresh."""
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    trace = ["--limit", "200", "--num-blocks", "300"]
+    advised, bare = tmp_path / "advised.duckdb", tmp_path / "bare.duckdb"
+    printed, progress = replay(str(SAMPLE_TRACE), "--out", str(advised), *trace)
+    assert "[14/14] hybrid-alignment" in progress  # every rule ran, as `kvscope advise` runs them
+    assert "the advice kept in the run file, for the app and the health scorecard" in printed
+    _, quiet = replay(str(SAMPLE_TRACE), "--out", str(bare), *trace, "--no-advise", "--quiet")
+    assert quiet == ""
+    with RunFile.open(bare) as opened:
+        assert read_advice(opened) is None
+
+    read, read_progress = advise(str(advised), "--json")
+    assert "for this run and code, read" in read_progress
+    assert "[1/14]" not in read_progress  # nothing worked out again
+    fresh, _ = advise(str(bare), "--json", "--no-store")
+    kept, afresh = json.loads(read), json.loads(fresh)
+    assert kept["suggestions"]  # the slice fires rules: the comparison compares something
+    assert {**kept, "run": None} == {**afresh, "run": None}

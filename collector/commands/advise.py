@@ -16,6 +16,7 @@ from collector.advisor.curves import whatif_curves
 from collector.advisor.formats import to_document, to_markdown
 from collector.advisor.stored import keep, lookup, result_record
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
+from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, MODELS, GpuMemory
 from collector.replay.whatif import read_results
 from collector.safe_text import shown
 from collector.store.run_file import RunStore
@@ -78,6 +79,30 @@ def _run_advise(args: argparse.Namespace) -> int:
             keep(record, args.run, lambda: context.replay_cache, in_run=not args.no_store)
         )
     return 0
+
+
+def advise_finished_run(path: Path, *, quiet: bool) -> tuple[int, str]:
+    """Work out the advice of a run just finished (`kvscope replay` at its end) under the
+    assumptions `kvscope advise RUN`, the Advisor page and the scorecard take by default, and
+    keep it in the run file, so that none of them waits for the rules' replays through vLLM:
+    the number of suggestions, and where the advice was kept, in a line. Progress on stderr
+    as `kvscope advise` prints it, unless `quiet`."""
+    progress = _Progress(quiet=quiet)
+    store = RunStore.open(path)
+    try:
+        progress.note(f"advising on {shown(path)}: {len(RULES)} rules to check")
+        context = RunContext(
+            store, path, MODELS[DEFAULT_MODEL], GpuMemory(DEFAULT_GPU_GIB), note=progress.note
+        )
+        document, record = _document(context, progress)
+    finally:
+        store.close()
+    kept = (
+        "the advice read back"
+        if record is None
+        else keep(record, path, lambda: context.replay_cache, in_run=True)
+    )
+    return len(document["suggestions"]), kept
 
 
 def _document(

@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from collector.commands.advise import advise_finished_run
 from collector.commands.output import print_summary
 from collector.commands.replay_options import add_replay_options, replay_options
 from collector.replay.block_manager import require_vllm
@@ -24,6 +25,12 @@ def register(commands: Any) -> None:
     add_replay_options(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-advise",
+        action="store_true",
+        help="do not work out the advice at the end (by default it is, and kept in the run "
+        "file, so `kvscope advise`, the Advisor page and the scorecard read it at once)",
+    )
     parser.set_defaults(handler=_run_replay)
 
 
@@ -36,8 +43,12 @@ def _run_replay(args: argparse.Namespace) -> int:
         summary = replay_requests(
             requests, args.trace, args.out, options, load_secret(), progress=timed(bar)
         )
+    advised = None if args.no_advise else advise_finished_run(args.out, quiet=args.quiet)
     print_summary(summary, args.json)
     if not args.json:
+        if advised is not None:
+            suggestions, kept = advised
+            print(f"\n{suggestions} suggestion(s); {kept} (`kvscope advise {args.out}`)")
         print(f"\nwrote {args.out}; open it with `kvscope app --db {args.out}`")
     return 0
 
