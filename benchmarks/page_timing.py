@@ -31,7 +31,9 @@ Advisor keeps (`$KVSCOPE_CACHE_DIR`) start empty, in a folder of the benchmark's
 --keep-replays: a cold view is then the first view of a run ever advised on this machine.
 With --advised, each run is copied into the benchmark's folder and `kvscope advise COPY` run
 on it first (its own cache folder): the app then reads the advice kept in the run file, as
-after an operator advised a finished capture once (collector/advisor/stored.py).
+after an operator advised a finished capture once, or as `kvscope replay` leaves the runs it
+writes (it advises at its end: collector/advisor/stored.py). --pages names two pages at
+least: a later view is timed from a click on the page while another is shown.
 Wall-clock figures of a shared machine move; run it on a quiet one for figures to compare.
 """
 
@@ -205,7 +207,9 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=300, help="per view")
     parser.add_argument("--keep-replays", action="store_true", help="use the kept replays")
     parser.add_argument(
-        "--advised", action="store_true", help="time copies `kvscope advise` ran on first"
+        "--advised",
+        action="store_true",
+        help="time copies `kvscope advise` ran on first (as `kvscope replay` leaves a run)",
     )
     args = parser.parse_args()
     pages = list(PAGES)
@@ -214,6 +218,11 @@ def main() -> None:
         pages = [page for page in PAGES if Path(page.file).stem in wanted]
         if len(pages) != len(wanted):
             raise SystemExit(f"--pages: no such page among {[Path(p.file).stem for p in PAGES]}")
+        if len(pages) < 2:  # a page's view is drawn when its title replaces another's
+            raise SystemExit(
+                "--pages: name two pages at least (a later view of a page is timed "
+                "from a click on it while another page is shown)"
+            )
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         print("page_timing: Debian's chromium and chromium-driver are needed", file=sys.stderr)
         raise SystemExit(2)
