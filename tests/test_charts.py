@@ -65,6 +65,8 @@ def test_heatmap(run_file: RunFile) -> None:
     evictions = hotspot_charts.heatmap_figure(heat, "evictions", block_bin_size=1)
     assert np.nan_to_num(evictions.data[0].z).tolist()[2] == [0, 0, 0, 1]
     assert "one row per block" in figure.layout.title.text
+    assert trace.hovertemplate.startswith("t = %{x}%{meta}<br>")
+    assert (trace.meta, figure.layout.xaxis.hoverformat) == (" s", ",.1f")  # "t = 0.0 s"
 
 
 def test_top_blocks_and_reuse(run_file: RunFile) -> None:
@@ -273,6 +275,7 @@ def test_a_time_chart_on_the_wall_clock_moves_everything_on_its_time_axis() -> N
     heat = pd.DataFrame({"block_start": [0, 0], "t_s": [0.0, 60.0], "hits": [1, 2]})
     heatmap = on_wall_clock(hotspot_charts.heatmap_figure(heat, "hits", 1), origin)
     assert list(heatmap.data[0].x) == [origin, datetime(2026, 12, 4, 18, 1)]
+    assert heatmap.data[0].meta == ""  # the hover's wall time, without " s" after it
 
 
 def test_charts_load_no_streamlit() -> None:

@@ -76,6 +76,9 @@ RATIO_AXIS = {"title": "hit ratio", "range": [0, 1], "tickformat": ".0%"}
 # A time chart's x axis on the wall clock: the hover's time, and the axis title.
 WALL_HOVER = "%a %d %b %H:%M:%S UTC"
 WALL_TITLE = "time (UTC)"
+# A time chart's hover unit: a trace whose hovertemplate writes `%{x}%{meta}` and whose meta
+# is this reads "12.5 s" on a run's clock, and the wall time alone once on_wall_clock moved it.
+SECONDS_UNIT = " s"
 
 
 def blank_zeros(grid: pd.DataFrame) -> np.ndarray:
@@ -123,6 +126,8 @@ def on_wall_clock(figure: go.Figure, origin: datetime | None) -> go.Figure:
     for trace in figure.data:
         if trace.x is not None and trace.xaxis in (None, "x"):
             trace.x = wall(np.asarray(trace.x, dtype=float)).to_pydatetime()
+            if trace.meta == SECONDS_UNIT:
+                trace.meta = ""
     for shape in figure.layout.shapes:
         if shape.xref == "x":
             shape.x0, shape.x1 = wall(shape.x0).to_pydatetime(), wall(shape.x1).to_pydatetime()

@@ -7,7 +7,7 @@ import itertools
 import pandas as pd
 import plotly.graph_objects as go
 
-from collector.charts.theme import COLORS, blank_zeros, duration_words, styled
+from collector.charts.theme import COLORS, SECONDS_UNIT, blank_zeros, duration_words, styled
 
 HEAT_SCALES = {"hits": "Greens", "stores": "Blues", "evictions": "Oranges"}
 
@@ -61,7 +61,10 @@ def _heatmap(
             hoverongaps=False,
             colorscale=HEAT_SCALES[measure],
             colorbar={"title": {"text": _per_cell(grid, measure)}},
-            hovertemplate=("t = %{x}<br>" + hover_row + "<br>%{z} " + measure + "<extra></extra>"),
+            meta=SECONDS_UNIT,  # after the hover's time: none once on the wall clock
+            hovertemplate=(
+                "t = %{x}%{meta}<br>" + hover_row + "<br>%{z} " + measure + "<extra></extra>"
+            ),
         )
     )
     return styled(
