@@ -102,6 +102,10 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     # Why the hooks stopped capturing this engine (a failure of their own, vLLM running on
     # uncaptured), in every batch sent after it; "" while they capture.
     capture_stopped: Label = ""
+    # When this engine's hooks started sending (wall clock, ns): under one engine id and DP
+    # rank, another value is the engine started again, its records numbered from 0 again
+    # (KVSCOPE_ENGINE_ID kept across restarts); 0 from hooks before the field.
+    started_ns: BigCount = 0
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
@@ -144,6 +148,7 @@ class Transport:
         self._in_flight: deque[tuple[int, int, int]] = deque()  # batch, records, bytes
         self._backlog_bytes = 0
         self._next_batch = 0
+        self.started_ns = time.time_ns()  # this engine start's, in every batch's header
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -279,6 +284,7 @@ class Transport:
             next_seq,
             WIRE_FORMAT,
             self.capture_stopped,
+            self.started_ns,
         )
         try:
             self._socket.send_multipart(

@@ -39,12 +39,16 @@ def run_config(header: BatchHeader) -> RunConfig:
     )
 
 
-def keep_settings(store: RunStore, header: BatchHeader) -> None:
+def keep_settings(store: RunStore, header: BatchHeader, announced_id: str) -> None:
     """Keep the header's engine settings in the run's `meta` (one key per engine and DP rank;
-    a resumed collector writes the same again)."""
+    a resumed collector writes the same again), with the engine start they came from: the
+    id the hooks sent (`announced_id`: the header's is the run's name of that start, "ID #2"
+    for an engine started again under its id) and its `started_ns`."""
     value = {
         "engine_id": header.engine_id,
         "dp_rank": header.dp_rank,
+        "announced_id": announced_id,
+        "started_ns": header.started_ns,
         **msgspec.to_builtins(header.config),
     }
     store.row(
@@ -54,3 +58,18 @@ def keep_settings(store: RunStore, header: BatchHeader) -> None:
             json.dumps(value, sort_keys=True),
         ],
     )
+
+
+def kept_starts(store: RunStore) -> list[tuple[tuple[str, int], tuple[str, int]]]:
+    """The engine starts the run's `meta` kept (keep_settings): ((the run's engine id, DP
+    rank), (the id the hooks sent, their `started_ns`)) for each engine whose hooks sent one,
+    so that a resumed collector takes each start's batches as the collector before did."""
+    starts = []
+    for (text,) in store.rows(
+        "SELECT value FROM meta WHERE key LIKE ? ORDER BY key", [f"{SETTINGS_KEY} %"]
+    ):
+        value = json.loads(text)
+        if value.get("started_ns"):
+            engine = (str(value["engine_id"]), int(value["dp_rank"]))
+            starts.append((engine, (str(value["announced_id"]), int(value["started_ns"]))))
+    return starts
