@@ -41,6 +41,7 @@ import msgspec
 
 from collector.live.announced import keep_settings, kept_starts, run_config
 from collector.live.batch_check import BatchDecoder, Rejections, check_sequence
+from collector.live.engine_starts import EngineStarts
 from collector.live.limits import Limits
 from collector.live.listener import Listener
 from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
@@ -77,9 +78,6 @@ class _EngineStream:
     num_blocks: int | None = None  # the engine's pool, once a batch of this run named it
     capture_stopped: str = ""  # why the engine's hooks stopped capturing, once noted
     settings_kept: bool = False  # its settings in the run (announced.py), once per collector
-    # The engine start it holds (the hooks' `started_ns`); None: not known (hooks or a run
-    # from before starts were sent and kept).
-    started_ns: int | None = None
 
 
 @dataclass
@@ -137,18 +135,13 @@ class Receiver:
         self._conflicts = HashConflictDetector()
         self._decoder = BatchDecoder(self.limits)
         self._pool_blocks = 0  # of the engines admitted: their pools together
-        # (engine id, DP rank, started_ns) as the hooks sent them -> the run's engine id.
-        self._starts: dict[tuple[str, int, int], str] = {}
+        self._starts = EngineStarts()
         self._encoder = msgspec.msgpack.Encoder()
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
             self.store = self._open(RunStore.resume(run_path))
             for engine, (next_seq, last_ts_ns) in self.store.resumed.streams.items():
                 self.stats.engines[engine] = _EngineStream(next_seq, last_ts_ns)
-            for (engine_id, dp_rank), (announced_id, started_ns) in kept_starts(self.store):
-                stream = self.stats.engines.get((engine_id, dp_rank))
-                if stream is not None:
-                    stream.started_ns = started_ns
-                    self._starts[(announced_id, dp_rank, started_ns)] = engine_id
+            self._starts.resume(kept_starts(self.store))
             for source in kv_event_sources:
                 source.resume_at(self.store.resumed.next_vllm_kv_batch)
         self._listener = Listener(endpoint, allow_remote=allow_remote, token=token)
@@ -231,15 +224,12 @@ class Receiver:
             frames = self._socket.recv_multipart()
             try:
                 identity, sent, records = self._decoder.decode(frames)
-                header = self._as_run_engine(sent, records)
+                header = self._starts.named(sent, records, self._next_seq)
                 stream = self._admit(header, records)
             except RejectedMessage as rejected:
                 self.stats.rejected.count(rejected)
                 continue
-            if sent.started_ns:  # admitted: this start is the run's engine from now on
-                self._starts[(sent.engine_id, sent.dp_rank, sent.started_ns)] = header.engine_id
-                if stream.started_ns is None:
-                    stream.started_ns = sent.started_ns
+            self._starts.admitted(sent, header)
             self._store_batch(stream, header, records, sent.engine_id)
             if not self._unacknowledged:
                 self._first_unacknowledged_at = time.monotonic()
@@ -264,26 +254,9 @@ class Receiver:
         self._unacknowledged = {}
         self._unacknowledged_bytes = 0
 
-    def _as_run_engine(self, header: BatchHeader, records: list[Event]) -> BatchHeader:
-        """The header under the run's name of the engine start that sent it. An engine id
-        and DP rank that started again (another `started_ns`, its records from 0 again, as
-        when KVSCOPE_ENGINE_ID is kept across restarts) is another engine of the run, named
-        "ID #2" (then #3, ...), as a restart under a new id (host:pid) is; a batch sent twice
-        by one start is still refused as replayed."""
-        if not header.started_ns:
-            return header  # hooks from before starts were sent: one start per engine id
-        named = self._starts.get((header.engine_id, header.dp_rank, header.started_ns))
-        if named is not None:
-            return msgspec.structs.replace(header, engine_id=named)
-        stream = self.stats.engines.get((header.engine_id, header.dp_rank))
-        if stream is None:
-            return header  # the engine's first start in this run
-        if stream.started_ns is None and (not records or records[0].seq >= stream.next_seq):
-            return header  # a run from before starts were kept, going on where it stopped
-        number = 2
-        while (f"{header.engine_id} #{number}", header.dp_rank) in self.stats.engines:
-            number += 1  # bounded: each name taken is an engine within `limits.engines`
-        return msgspec.structs.replace(header, engine_id=f"{header.engine_id} #{number}")
+    def _next_seq(self, engine: tuple[str, int]) -> int | None:
+        stream = self.stats.engines.get(engine)
+        return None if stream is None else stream.next_seq
 
     def _admit(self, header: BatchHeader, records: list[Event]) -> _EngineStream:
         """The stream of the batch's engine, once the batch is within the run's limits and
@@ -326,7 +299,7 @@ class Receiver:
         self, stream: _EngineStream, header: BatchHeader, records: list[Event], announced_id: str
     ) -> None:
         """`announced_id`: the engine id the hooks sent (`header`'s is the run's name of the
-        engine start: _as_run_engine)."""
+        engine start: engine_starts.py)."""
         drops = _named_with_gaps(stream, records, header)
         self.stats.batches += 1
         if header.capture_stopped and not stream.capture_stopped and self.store is not None:
