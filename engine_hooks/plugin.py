@@ -165,6 +165,7 @@ class Capture:
             max_in_flight=config.max_in_flight,
             max_backlog_bytes=int(config.max_backlog_mb * (1 << 20)),
             token=engine_token(),
+            clock=time.monotonic_ns,
         )
         # vLLM's front end stamps a request's arrival on the wall clock (`time.time()`).
         self.scheduler_hooks = SchedulerHooks(

@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -106,6 +107,10 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     # rank, another value is the engine started again, its records numbered from 0 again
     # (KVSCOPE_ENGINE_ID kept across restarts); 0 from hooks before the field.
     started_ns: BigCount = 0
+    # In the closing batch the engine sends as it shuts down: when it stopped, on the clock
+    # of its records (its cache is gone from then on); 0 in every other batch, and from hooks
+    # before the field.
+    stopped_ns: BigCount = 0
 
 
 class Ack(msgspec.Struct, array_like=True, gc=False):
@@ -131,8 +136,10 @@ class Transport:
         max_in_flight: int = 256,
         max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
         token: bytes | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self._buffer = buffer
+        self._clock = clock  # the records' clock (the hooks'), for the time of the stop
         self.endpoint = endpoint
         self.engine_id = engine_id
         self.dp_rank = dp_rank
@@ -188,7 +195,7 @@ class Transport:
         self._thread = None
         assert self._socket is not None and self._monitor is not None
         self._send_pending()
-        self._send_closing()
+        self._send_closing(stopped_ns=self._clock())
         deadline = time.monotonic() + flush_timeout_s
         while self._in_flight and time.monotonic() < deadline:
             self._watch_connection()
@@ -262,14 +269,17 @@ class Transport:
         if not self._ship(encoded, len(records)):
             self.num_dropped += len(records)  # ZMQ's queue is full
 
-    def _send_closing(self) -> None:
-        """Tell the collector where the stream ends (tiny: it goes past the bounds). If ZMQ's
-        queue is full, no collector takes anything now: the run file cannot learn it anyway."""
+    def _send_closing(self, stopped_ns: int = 0) -> None:
+        """Tell the collector where the stream ends (tiny: it goes past the bounds), and
+        with `stopped_ns`, that the engine stopped then. If ZMQ's queue is full, no collector
+        takes anything now: the run file cannot learn it anyway."""
         if self._next_seq is not None or self.capture_stopped:
             next_seq = self._next_seq() if self._next_seq is not None else 0
-            self._ship(self._encoder.encode([]), 0, next_seq=next_seq)
+            self._ship(self._encoder.encode([]), 0, next_seq=next_seq, stopped_ns=stopped_ns)
 
-    def _ship(self, encoded: bytes, num_records: int, next_seq: int = 0) -> bool:
+    def _ship(
+        self, encoded: bytes, num_records: int, next_seq: int = 0, stopped_ns: int = 0
+    ) -> bool:
         """Send one batch's header and encoded records without waiting, and count it in
         flight; False if ZMQ's queue is full."""
         assert self._socket is not None
@@ -285,6 +295,7 @@ class Transport:
             WIRE_FORMAT,
             self.capture_stopped,
             self.started_ns,
+            stopped_ns,
         )
         try:
             self._socket.send_multipart(

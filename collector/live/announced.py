@@ -2,7 +2,7 @@
 settings, `engine_hooks.transport.EngineSettings`): the run's config, when its batch begins
 the run (`run_config`), and the settings the run keeps of each engine (`keep_settings`), so
 that an engine that restarted with another block size, hash algorithm or model is named as
-such (collector/queries/fleet.py, `engine_starts`)."""
+such (collector/queries/fleet.py, `engine_starts`), and each engine's stop (`keep_stop`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 
 import msgspec
 
+from collector.store.lookup_causes import ENGINE_STOP_KEY
 from collector.store.run_file import RunConfig, RunStore
 from engine_hooks.transport import BatchHeader
 
@@ -55,6 +56,26 @@ def keep_settings(store: RunStore, header: BatchHeader, announced_id: str) -> No
         "INSERT OR REPLACE INTO meta VALUES (?, ?)",
         [
             f"{SETTINGS_KEY} {header.engine_id} dp{header.dp_rank}",
+            json.dumps(value, sort_keys=True),
+        ],
+    )
+
+
+def keep_stop(store: RunStore, header: BatchHeader, end_seq: int, last_ts_ns: int) -> None:
+    """Keep an engine's stop, which its closing batch announced (`header.stopped_ns`), in the
+    run's `meta` (ENGINE_STOP_KEY; JSON: the engine's id and DP rank, `seq`, `stopped_ns`):
+    where its stream ended (`end_seq`) and when, never before its last record (`last_ts_ns`):
+    the cache it held is gone from then on."""
+    value = {
+        "engine_id": header.engine_id,
+        "dp_rank": header.dp_rank,
+        "seq": end_seq,
+        "stopped_ns": max(header.stopped_ns, last_ts_ns),
+    }
+    store.row(
+        "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+        [
+            f"{ENGINE_STOP_KEY} {header.engine_id} dp{header.dp_rank}",
             json.dumps(value, sort_keys=True),
         ],
     )

@@ -103,8 +103,8 @@ def check_batch(header: BatchHeader, records: list[Event], limits: Limits) -> No
     """What msgspec's per-field bounds cannot see: the stream's format is this collector's,
     the engine's pool is within `limits`, counts and packed columns agree, block ids lie in
     the pool, token counts and block positions within `limits.tokens`, reference counts fit
-    their INTEGER column (none negative), records are numbered in order and their times lie
-    in [0, MAX_TS_NS)."""
+    their INTEGER column (none negative), records are numbered in order and their times (and
+    an engine's stop, only in its closing batch) lie in [0, MAX_TS_NS)."""
     _check_header(header, records, limits)
     _check_order(records)
     packed_ids, packed_ref_cnts = _check_records(header, records, limits)
@@ -130,6 +130,10 @@ def _check_header(header: BatchHeader, records: list[Event], limits: Limits) -> 
     if header.num_records != len(records):
         raise RejectedMessage(
             "inconsistent", f"header says {header.num_records} records, {len(records)} came"
+        )
+    if header.stopped_ns and (records or header.stopped_ns >= MAX_TS_NS):
+        raise RejectedMessage(
+            "timestamp", "an engine's stop outside [0, 2^62) ns, or in a batch of records"
         )
     if header.config.num_blocks > limits.pool_blocks:
         raise RejectedMessage(

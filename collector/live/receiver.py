@@ -39,7 +39,7 @@ from typing import Any
 
 import msgspec
 
-from collector.live.announced import keep_settings, kept_starts, run_config
+from collector.live.announced import keep_settings, keep_stop, kept_starts, run_config
 from collector.live.batch_check import BatchDecoder, Rejections, check_sequence
 from collector.live.engine_starts import EngineStarts
 from collector.live.limits import Limits
@@ -307,6 +307,8 @@ class Receiver:
             self.store.note_capture_stopped(
                 header.engine_id, header.dp_rank, header.capture_stopped
             )
+        if header.stopped_ns and self.store is not None:
+            keep_stop(self.store, header, stream.next_seq, stream.last_ts_ns)
         if not records and not drops:
             return  # an engine's closing batch, with nothing missing: nothing to store
         if self.store is None:

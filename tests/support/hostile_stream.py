@@ -139,7 +139,8 @@ class HostileStream:
             next_seq = stream.next_seq + rng.choice([0, 1, self.limits.seq_jump])
             self._gap(stream, next_seq)
             self.last_stored = self.batch_seq
-            return self._frames(engine, stream.pool, [], next_seq=next_seq)
+            stopped_ns = rng.choice([0, 0, MAX_TS_NS - 1, rng.randrange(MAX_TS_NS)])
+            return self._frames(engine, stream.pool, [], next_seq=next_seq, stopped_ns=stopped_ns)
         first = stream.next_seq + rng.choice([0, 0, 0, 1, rng.randrange(self.limits.seq_jump)])
         records = self._records(stream, first)
         if records[-1].seq + 1 - stream.next_seq > self.limits.seq_jump:
@@ -306,10 +307,18 @@ class HostileStream:
         return self._hostile(engine, [record]), "invalid"
 
     def _time_out_of_range(self) -> tuple[list[bytes], str]:
+        """A record's time out of range, an engine's stop out of range in its closing batch,
+        or a stop in a batch of records."""
         engine = self._admitted()
+        seq = self.streams[engine].next_seq
+        choice = self.rng.randrange(3)
+        if choice == 1:
+            stopped_ns = self.rng.choice([MAX_TS_NS, INT64_MAX])
+            return self._hostile(engine, [], next_seq=seq, stopped_ns=stopped_ns), "timestamp"
+        if choice == 2:
+            return self._hostile(engine, [Schedule(seq, 1, "r")], stopped_ns=1), "timestamp"
         ts = self.rng.choice([-1, MAX_TS_NS, INT64_MAX, -INT64_MAX])
-        record = Schedule(self.streams[engine].next_seq, ts, "r")
-        return self._hostile(engine, [record]), "timestamp"
+        return self._hostile(engine, [Schedule(seq, ts, "r")]), "timestamp"
 
     def _value_past_its_type(self) -> tuple[list[bytes], str]:
         """One value one past what its field allows: msgspec refuses it as it decodes."""
