@@ -6,10 +6,16 @@ killed and restarted on the run goes on naming each start as before."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 from pathlib import Path
 
+import duckdb
+
+from collector.health.scorecard import scorecard
 from collector.queries.fleet import engine_starts
+from collector.store.lookup_causes import WHOLE_LOOKUP_CAUSES
 from collector.store.run_file import RunFile
 from engine_hooks.events import Arrive
 from tests.support.engine import replay_to_collector
@@ -51,6 +57,56 @@ def test_an_engine_started_again_under_its_id_is_the_runs_next_engine(tmp_path: 
         missing = run_file.row("SELECT count(*) FROM events WHERE kind = 'drop'")
     assert starts["engine_id"].tolist() == ["prod-a", "prod-a #2"]  # two starts, in order
     assert missing == (0,)
+
+
+def test_a_stopped_engines_cache_is_gone_for_the_start_after_it(tmp_path: Path) -> None:
+    """The first start stops (its closing batch says when, on its records' clock), the second
+    starts later with the same prompts: what it misses that the first held is
+    `engine_stopped`, on the first, never `other_engine`; without the stop kept, the same
+    lookups read as cached on the first (what a killed engine, which sends no stop, gives)."""
+    run, endpoint = tmp_path / "run.duckdb", f"ipc://{tmp_path}/collect.ipc"
+    collector = CappedCollector(run, endpoint, ADDRESS_SPACE)
+    first_hooks, first = replay_to_collector(endpoint, 40, engine_id="prod-a", start_ns=0)
+    first.stop()
+    again_at = 10**15  # days after the first start's records (its trace's first minutes)
+    _, again = replay_to_collector(endpoint, 30, engine_id="prod-a", start_ns=again_at)
+    again.stop()
+    exited = collector.stop()
+    assert exited.returncode == 0, exited.output
+    assert exited.rejected() == {}, exited.output
+    query = (
+        "SELECT cause, sum(tokens)::BIGINT, list(DISTINCT evicted_on) FILTER (evicted_on"
+        " IS NOT NULL) FROM lookup_causes WHERE engine = 'prod-a #2' GROUP BY cause"
+    )
+    with RunFile.open(run) as run_file:
+        stops = run_file.rows("SELECT key, value FROM meta WHERE key LIKE 'engine_stopped %'")
+        last_ts = run_file.row("SELECT max(ts_ns) FROM events WHERE engine_id = 'prod-a'")
+        causes = {cause: (tokens, on) for cause, tokens, on in run_file.rows(query)}
+        line = next(line for line in scorecard(run_file) if line.name == "Biggest miss cause")
+    assert [key for key, _ in stops] == [
+        "engine_stopped prod-a dp0",
+        "engine_stopped prod-a #2 dp0",
+    ]
+    assert json.loads(stops[0][1]) == {
+        "engine_id": "prod-a",
+        "dp_rank": 0,
+        "seq": first_hooks.num_records,
+        "stopped_ns": last_ts[0],  # the trace's clock stood still after the last record
+    }
+    assert causes["engine_stopped"][0] > 0 and causes["engine_stopped"][1] == ["prod-a"]
+    assert "other_engine" not in causes
+    # No setting of the cache removes a restart's misses: the scorecard does not judge them.
+    assert line.sentence.endswith("; nothing avoidable was lost."), line
+
+    forgotten = tmp_path / "forgotten.duckdb"  # the same run, its stops not kept
+    shutil.copy(run, forgotten)
+    with duckdb.connect(str(forgotten)) as connection:
+        connection.execute("DELETE FROM meta WHERE key LIKE 'engine_stopped %'")
+        connection.execute(WHOLE_LOOKUP_CAUSES)
+    with RunFile.open(forgotten) as run_file:
+        without = {cause: (tokens, on) for cause, tokens, on in run_file.rows(query)}
+    assert "engine_stopped" not in without
+    assert without["other_engine"][0] == causes["engine_stopped"][0]
 
 
 def batch(engine_id: str, started_ns: int, first: int, batch_seq: int) -> list[bytes]:

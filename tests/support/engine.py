@@ -282,17 +282,26 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 60) -> None:
         time.sleep(0.1)
 
 
-def replay_to_collector(endpoint: str, num_requests: int, engine_id: str) -> tuple[Any, Any]:
+def replay_to_collector(
+    endpoint: str, num_requests: int, engine_id: str, *, start_ns: int | None = None
+) -> tuple[Any, Any]:
     """The sample trace's first requests through vLLM's real manager, hooks attached, shipped
-    by a transport to `endpoint`; returns (hooks, transport) once all is delivered."""
+    by a transport to `endpoint`; returns (hooks, transport) once all is delivered. With
+    `start_ns`, the records are timed from it on the trace's clock, and the transport's
+    closing batch (`transport.stop()`) says where the stream ended and when the engine
+    stopped, on that clock, as the plugin's does; without, it sends none."""
     settings = CacheSettings(16, 2_000)
     manager = make_kv_cache_manager(settings)
     buffer = EventBuffer()
     clock = VirtualClock()
-    hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"k"), clock=clock)
+    timed: Callable[[], int] = clock if start_ns is None else lambda: start_ns + clock()
+    hooks = KVCacheHooks(manager, buffer, pseudonymizer=Pseudonymizer(b"k"), clock=timed)
     hooks.attach()
     config = {"block_size": 16, "num_blocks": 2_000, "hash_algo": "sha256", "vllm_version": "0"}
-    transport = Transport(buffer, endpoint, engine_id=engine_id, config=config).start()
+    # As the plugin's: the stop timed on the records' clock, after the engine's last record.
+    as_plugin = {} if start_ns is None else {"clock": timed, "next_seq": lambda: hooks.num_records}
+    transport = Transport(buffer, endpoint, engine_id=engine_id, config=config, **as_plugin)
+    transport.start()
     simulator = Simulator(manager, hooks, clock, make_block_hasher(settings), lambda: None)
     simulator.run_sequential(read_trace(SAMPLE_TRACE)[:num_requests], lambda _: None)
     wait_for(lambda: transport.num_delivered == hooks.num_records)
