@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,8 @@ from collector.advisor.curves import whatif_curves
 from collector.advisor.formats import to_document, to_markdown
 from collector.advisor.stored import keep, lookup, result_record
 from collector.commands.kv_options import add_kv_options, gpu_from, kv_spec_from
-from collector.model.kv_memory import DEFAULT_GPU_GIB, DEFAULT_MODEL, MODELS, GpuMemory
+from collector.model.kv_memory import GpuMemory, KVSpec
+from collector.replay.sweep_results import SweepResult
 from collector.replay.whatif import read_results
 from collector.safe_text import shown
 from collector.store.run_file import RunStore
@@ -54,26 +57,19 @@ def register(commands: Any) -> None:
 def _run_advise(args: argparse.Namespace) -> int:
     progress = _Progress(quiet=args.quiet)
     whatif = read_results(args.whatif).results if args.whatif else []
-    store = RunStore.open(args.run)  # a damaged run is refused in one line, before any progress
-    try:
-        progress.note(f"advising on {shown(args.run)}: {len(RULES)} rules to check")
-        context = RunContext(
-            store,
-            args.run,
-            kv_spec_from(args),
-            gpu_from(args),
-            whatif,
-            max_model_len=args.max_model_len,
-            pcie_gb_per_s=args.pcie_gb_per_s,
-            note=progress.note,
-        )
-        document, record = _document(context, progress)
+    with _advising(
+        args.run,
+        progress,
+        kv_spec_from(args),
+        gpu_from(args),
+        whatif,
+        max_model_len=args.max_model_len,
+        pcie_gb_per_s=args.pcie_gb_per_s,
+    ) as (context, document, record):
         if args.json:
             print(json.dumps(document, sort_keys=True))
         else:
             print(to_markdown(document, context), end="")
-    finally:
-        store.close()
     if record is not None:  # once the run is closed: it may be written now
         progress.note(
             keep(record, args.run, lambda: context.replay_cache, in_run=not args.no_store)
@@ -87,22 +83,40 @@ def advise_finished_run(path: Path, *, quiet: bool) -> tuple[int, str]:
     keep it in the run file, so that none of them waits for the rules' replays through vLLM:
     the number of suggestions, and where the advice was kept, in a line. Progress on stderr
     as `kvscope advise` prints it, unless `quiet`."""
+    told_nothing = argparse.ArgumentParser()
+    add_kv_options(told_nothing)
+    defaults = told_nothing.parse_args([])  # what `kvscope advise RUN` assumes
     progress = _Progress(quiet=quiet)
-    store = RunStore.open(path)
-    try:
-        progress.note(f"advising on {shown(path)}: {len(RULES)} rules to check")
-        context = RunContext(
-            store, path, MODELS[DEFAULT_MODEL], GpuMemory(DEFAULT_GPU_GIB), note=progress.note
-        )
-        document, record = _document(context, progress)
-    finally:
-        store.close()
+    with _advising(path, progress, kv_spec_from(defaults), gpu_from(defaults)) as advised:
+        context, document, record = advised
     kept = (
         "the advice read back"
         if record is None
         else keep(record, path, lambda: context.replay_cache, in_run=True)
     )
     return len(document["suggestions"]), kept
+
+
+@contextmanager
+def _advising(
+    path: Path,
+    progress: _Progress,
+    spec: KVSpec,
+    gpu: GpuMemory | None = None,
+    whatif: Sequence[SweepResult] = (),
+    **options: Any,
+) -> Iterator[tuple[RunContext, dict[str, Any], dict[str, Any] | None]]:
+    """The run at `path` open, its context under these assumptions (`RunContext`'s, whose
+    defaults are `kvscope advise`'s), the advice's document, and the record to keep of it
+    once the run is closed (None: read back, nothing to keep)."""
+    store = RunStore.open(path)  # a damaged run is refused in one line, before any progress
+    try:
+        progress.note(f"advising on {shown(path)}: {len(RULES)} rules to check")
+        context = RunContext(store, path, spec, gpu, whatif, note=progress.note, **options)
+        document, record = _document(context, progress)
+        yield context, document, record
+    finally:
+        store.close()
 
 
 def _document(
