@@ -42,6 +42,7 @@ import msgspec
 from collector.live.announced import keep_settings, keep_stop, kept_starts, run_config
 from collector.live.batch_check import BatchDecoder, Rejections, check_sequence
 from collector.live.engine_starts import EngineStarts
+from collector.live.engine_stream import EngineStream, named_with_gaps
 from collector.live.limits import Limits
 from collector.live.listener import Listener
 from collector.live.vllm_kv_subscriber import VllmKvEventSubscriber
@@ -51,7 +52,7 @@ from collector.store.run_file import RunConfig, RunStore, StoreError
 from collector.store.segments import SegmentPolicy, Segments
 from collector.vllm_kv.conflicts import HashConflictDetector
 from collector.vllm_kv.ingest import append_vllm_batches
-from engine_hooks.events import Drop, Event
+from engine_hooks.events import Event
 from engine_hooks.transport import Ack, BatchHeader
 
 BatchObserver = Callable[[BatchHeader, list[Event]], None]
@@ -72,15 +73,6 @@ MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGN
 
 
 @dataclass
-class _EngineStream:
-    next_seq: int = 0
-    last_ts_ns: int = 0  # the newest record's time: a drop found at a stream's end has it
-    num_blocks: int | None = None  # the engine's pool, once a batch of this run named it
-    capture_stopped: str = ""  # why the engine's hooks stopped capturing, once noted
-    settings_kept: bool = False  # its settings in the run (announced.py), once per collector
-
-
-@dataclass
 class ReceiverStats:
     batches: int = 0
     records: int = 0
@@ -94,7 +86,7 @@ class ReceiverStats:
     snapshots_carried: int = 0  # of them, those that carried tables over from the one before
     snapshot_failures: list[str] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
-    engines: dict[tuple[str, int], _EngineStream] = field(default_factory=dict)
+    engines: dict[tuple[str, int], EngineStream] = field(default_factory=dict)
 
 
 class Receiver:
@@ -140,7 +132,7 @@ class Receiver:
         if run_path.exists():  # a run whose collector was killed: go on where it stopped
             self.store = self._open(RunStore.resume(run_path))
             for engine, (next_seq, last_ts_ns) in self.store.resumed.streams.items():
-                self.stats.engines[engine] = _EngineStream(next_seq, last_ts_ns)
+                self.stats.engines[engine] = EngineStream(next_seq, last_ts_ns)
             self._starts.resume(kept_starts(self.store))
             for source in kv_event_sources:
                 source.resume_at(self.store.resumed.next_vllm_kv_batch)
@@ -258,7 +250,7 @@ class Receiver:
         stream = self.stats.engines.get(engine)
         return None if stream is None else stream.next_seq
 
-    def _admit(self, header: BatchHeader, records: list[Event]) -> _EngineStream:
+    def _admit(self, header: BatchHeader, records: list[Event]) -> EngineStream:
         """The stream of the batch's engine, once the batch is within the run's limits and
         follows what the run holds of it; raises RejectedMessage (and changes nothing) if
         not."""
@@ -289,18 +281,18 @@ class Receiver:
             )
         check_sequence(stream.next_seq if stream else 0, header, records, limits)
         if stream is None:
-            stream = self.stats.engines[engine] = _EngineStream()
+            stream = self.stats.engines[engine] = EngineStream()
         if stream.num_blocks is None:
             stream.num_blocks = num_blocks
             self._pool_blocks += num_blocks
         return stream
 
     def _store_batch(
-        self, stream: _EngineStream, header: BatchHeader, records: list[Event], announced_id: str
+        self, stream: EngineStream, header: BatchHeader, records: list[Event], announced_id: str
     ) -> None:
         """`announced_id`: the engine id the hooks sent (`header`'s is the run's name of the
         engine start: engine_starts.py)."""
-        drops = _named_with_gaps(stream, records, header)
+        drops = named_with_gaps(stream, records, header)
         self.stats.batches += 1
         if header.capture_stopped and not stream.capture_stopped and self.store is not None:
             stream.capture_stopped = header.capture_stopped  # noted once per engine
@@ -309,8 +301,10 @@ class Receiver:
             )
         if header.stopped_ns and self.store is not None:
             keep_stop(self.store, header, stream.next_seq, stream.last_ts_ns)
-        if not records and not drops:
-            return  # an engine's closing batch, with nothing missing: nothing to store
+        if not records and not drops:  # an engine's closing batch, nothing missing: no rows
+            for observe in self.observers if header.stopped_ns else ():
+                observe(header, [])  # the engine's stop, for the exporter's gauges
+            return
         if self.store is None:
             self.store = self._open(RunStore.create(self.run_path, run_config(header)))
         elif not self._settings_from_engine:
@@ -362,36 +356,3 @@ class Receiver:
             finally:
                 self.store.close()
                 self.store = None
-
-
-def _named_with_gaps(
-    stream: _EngineStream, records: list[Event], header: BatchHeader
-) -> list[Drop]:
-    """Name each record's engine from the batch's header (the hooks leave it out: less to
-    encode in the engine), and return Drop records for every jump in `seq` (and, from the
-    engine's closing batch, for records missing at the end), updating the stream."""
-    drops: list[Drop] = []
-
-    def missing(up_to: int, ts_ns: int) -> None:
-        drops.append(
-            Drop(
-                stream.next_seq,
-                ts_ns,
-                None,
-                up_to - stream.next_seq,
-                engine_id=header.engine_id,
-                dp_rank=header.dp_rank,
-            )
-        )
-
-    for record in records:
-        record.engine_id = header.engine_id
-        record.dp_rank = header.dp_rank
-        if record.seq > stream.next_seq:
-            missing(record.seq, record.ts_ns)
-        stream.next_seq = max(stream.next_seq, record.seq + 1)
-        stream.last_ts_ns = record.ts_ns
-    if header.next_seq > stream.next_seq:
-        missing(header.next_seq, stream.last_ts_ns)
-        stream.next_seq = header.next_seq
-    return drops
