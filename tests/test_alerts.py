@@ -90,8 +90,8 @@ def test_a_real_prometheus_fires_the_free_blocks_alert_for_a_pool_too_small(
         collector_process(tmp_path / "run.duckdb", endpoint, "--metrics-port", str(metrics_port)),
         prometheus_server(tmp_path, metrics_port) as api,
     ):
-        small = hold_requests(endpoint, "small", SMALL_POOL)
-        large = hold_requests(endpoint, "large", LARGE_POOL)
+        small, small_engine = hold_requests(endpoint, "small", SMALL_POOL)
+        large, large_engine = hold_requests(endpoint, "large", LARGE_POOL)
         assert small < 0.10 < large  # as the hooks saw each pool after its last step
         # The small engine's alert goes pending, then fires once it held for TEST_FOR.
         wait_for(lambda: _alert_states(api) == {"small": "firing"}, timeout_s=120)
@@ -101,12 +101,20 @@ def test_a_real_prometheus_fires_the_free_blocks_alert_for_a_pool_too_small(
         assert ratios == {"small": pytest.approx(small), "large": pytest.approx(large)}
         wait_for(lambda: _query(api, f"count_over_time(({FREE_SHARE})[1m:1s])")["large"] >= 8)
         assert _alert_states(api) == {"small": "firing"}
+        # The small engine shuts down (a planned restart), its requests still in flight: its
+        # closing batch ends its series, and the alert resolves instead of paging on.
+        small_engine.stop()
+        wait_for(lambda: _alert_states(api) == {}, timeout_s=60)
+        assert _query(api, FREE_SHARE) == {"large": pytest.approx(large)}
+        large_engine.stop()
 
 
-def hold_requests(endpoint: str, engine_id: str, num_blocks: int) -> float:
+def hold_requests(endpoint: str, engine_id: str, num_blocks: int) -> tuple[float, Transport]:
     """The sample trace's first requests through vLLM's real manager in a pool of
     `num_blocks`, hooks attached, shipped to the collector as an engine does; the requests
-    in flight at the end stay in flight. Returns the pool's free share after the last step."""
+    in flight at the end stay in flight. Returns the pool's free share after the last step,
+    and the engine's transport, still sending: its `stop()` is the engine's shutdown (its
+    closing batch, as the plugin's, says where its stream ended and when it stopped)."""
     settings = CacheSettings(16, num_blocks)
     manager = make_kv_cache_manager(settings)
     buffer = EventBuffer()
@@ -119,7 +127,14 @@ def hold_requests(endpoint: str, engine_id: str, num_blocks: int) -> float:
         "hash_algo": "sha256",
         "vllm_version": "0",
     }
-    transport = Transport(buffer, endpoint, engine_id=engine_id, config=config).start()
+    transport = Transport(
+        buffer,
+        endpoint,
+        engine_id=engine_id,
+        config=config,
+        next_seq=lambda: hooks.num_records,
+        clock=clock,
+    ).start()
     block_hasher = make_block_hasher(settings)
     in_flight: deque[Any] = deque()
 
@@ -144,8 +159,7 @@ def hold_requests(endpoint: str, engine_id: str, num_blocks: int) -> float:
             finish_oldest()
         hooks.record_pool_state()
     wait_for(lambda: transport.num_delivered == hooks.num_records)
-    transport.stop()
-    return float(manager.block_pool.get_num_free_blocks() / (num_blocks - 1))
+    return float(manager.block_pool.get_num_free_blocks() / (num_blocks - 1)), transport
 
 
 @contextmanager

@@ -73,6 +73,32 @@ def test_exposition_text_is_exact() -> None:
     assert generate_latest(registry).decode() == EXPECTED
 
 
+def test_an_engines_stop_ends_its_gauges_and_keeps_the_counts() -> None:
+    """The closing batch an engine sends as it shuts down (`stopped_ns`): its pool, in-flight
+    and last-record series end (the alerts on them resolve), the run's counts stand."""
+    state = LiveState(clock=lambda: 1_767_225_600.0)
+    state.observe(HEADER, RECORDS)
+    state.observe(msgspec.structs.replace(HEADER, stopped_ns=5_000), [])
+    registry = CollectorRegistry()
+    registry.register(KvscopeMetrics(state))
+    text = generate_latest(registry).decode()
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    ended = [line for line in EXPECTED.splitlines() if line not in samples]
+    assert [line.split("{")[0] for line in ended if not line.startswith("#")] == [
+        "kvscope_kv_cache_blocks",
+        "kvscope_kv_cache_blocks",
+        "kvscope_kv_cache_blocks",
+        "kvscope_kv_cache_pool_blocks",
+        "kvscope_engine_last_record_timestamp_seconds",
+        "kvscope_engine_requests_in_flight",
+    ]
+    assert "kvscope_block_hits_total 2.0" in samples
+    assert (
+        'kvscope_engine_dropped_records_total{dp_rank="0",engine="node-1",stage="buffer"} 3.0'
+        in samples
+    )
+
+
 def test_empty_state_exposes_zero_counts_and_no_ratio() -> None:
     registry = CollectorRegistry()
     registry.register(KvscopeMetrics(LiveState()))

@@ -44,7 +44,9 @@ EVICTED_HASHES = 1 << 16
 
 @dataclass
 class LiveState:
-    """What the exporter reports; `observe` is called with every stored batch."""
+    """What the exporter reports; `observe` is called with every stored batch, and with an
+    engine's closing batch as it shuts down (`BatchHeader.stopped_ns`), which ends its pool,
+    in-flight and last-record gauges: a stopped engine's alerts resolve, they do not page."""
 
     limits: Limits = field(default_factory=Limits)
     query_tokens: Counter[Labels] = field(default_factory=Counter)
@@ -81,6 +83,9 @@ class LiveState:
             self.last_record_s[engine] = self.clock()
             for record in records:
                 self._observe(engine, record)
+            if header.stopped_ns:  # it shut down: its gauges' series end with it
+                for gauge in (self.pool, self.pool_blocks, self.last_record_s, self.in_flight):
+                    gauge.pop(engine, None)
 
     def _observe(self, engine: Engine, record: Event) -> None:
         if isinstance(record, Hit):
