@@ -82,7 +82,7 @@ def test_a_stopped_engines_cache_is_gone_for_the_start_after_it(tmp_path: Path) 
         stops = run_file.rows("SELECT key, value FROM meta WHERE key LIKE 'engine_stopped %'")
         last_ts = run_file.row("SELECT max(ts_ns) FROM events WHERE engine_id = 'prod-a'")
         causes = {cause: (tokens, on) for cause, tokens, on in run_file.rows(query)}
-        line = next(line for line in scorecard(run_file) if line.name == "Biggest miss cause")
+        lines = {line.name: line for line in scorecard(run_file)}
     assert [key for key, _ in stops] == [
         "engine_stopped prod-a dp0",
         "engine_stopped prod-a #2 dp0",
@@ -96,7 +96,13 @@ def test_a_stopped_engines_cache_is_gone_for_the_start_after_it(tmp_path: Path) 
     assert causes["engine_stopped"][0] > 0 and causes["engine_stopped"][1] == ["prod-a"]
     assert "other_engine" not in causes
     # No setting of the cache removes a restart's misses: the scorecard does not judge them.
-    assert line.sentence.endswith("; nothing avoidable was lost."), line
+    assert lines["Biggest miss cause"].sentence.endswith("; nothing avoidable was lost.")
+    # Two starts of one engine never served side by side: no fleet to weigh them as.
+    fleet = lines["Fleet balance and routing"]
+    assert (fleet.status, fleet.sentence) == (
+        "grey",
+        "One engine (started 2 times: prod-a, prod-a #2): no fleet to balance or route.",
+    )
 
     forgotten = tmp_path / "forgotten.duckdb"  # the same run, its stops not kept
     shutil.copy(run, forgotten)

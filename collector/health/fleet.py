@@ -9,17 +9,27 @@ from typing import Any
 import pandas as pd
 
 from collector.health.line import HealthLine, Status, rising, worst
-from collector.queries.fleet import fleet_engines
+from collector.queries.fleet import engine_labels, engine_lineages, fleet_engines
 from collector.store.run_file import RunFile
 
 NAME, PAGE = "Fleet balance and routing", "fleet"
 
 
 def fleet_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) -> HealthLine:
-    """`totals`: the run's `cause_totals` (its `other_engine` share is the routing miss)."""
-    engines = fleet_engines(run)
+    """`totals`: the run's `cause_totals` (its `other_engine` share is the routing miss).
+    The starts of one engine (restarted under its KVSCOPE_ENGINE_ID: `ID`, `ID #2`) are one
+    engine here: they never served side by side, so they are not weighed against each other."""
+    starts = fleet_engines(run)
+    engines = _by_lineage(starts, engine_lineages(run))
     if len(engines) < 2:
-        return HealthLine(NAME, "grey", "One engine: no fleet to balance or route.", PAGE)
+        restarted = (
+            f" (started {len(starts)} times: {', '.join(starts['engine'])})"
+            if len(starts) > 1
+            else ""
+        )
+        return HealthLine(
+            NAME, "grey", f"One engine{restarted}: no fleet to balance or route.", PAGE
+        )
     load, load_status = _load(engines, limits)
     hits, hits_status = _hits(engines, limits)
     routed = float(totals.loc[totals["cause"] == "other_engine", "share"].sum())
@@ -33,6 +43,22 @@ def fleet_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) -> He
         "because another engine had them cached.",
         PAGE,
     )
+
+
+def _by_lineage(starts: pd.DataFrame, lineages: dict[tuple[str, int], str]) -> pd.DataFrame:
+    """`fleet_engines`' rows, the starts of one engine (`engine_lineages`) added together."""
+    keys = [
+        lineages.get((str(engine_id), int(dp_rank)), str(engine_id))
+        for engine_id, dp_rank in zip(starts["engine_id"], starts["dp_rank"], strict=True)
+    ]
+    folded = (
+        starts.assign(engine_id=keys)
+        .groupby(["engine_id", "dp_rank"], as_index=False, sort=True)[
+            ["requests", "prompt_tokens", "hit_tokens"]
+        ]
+        .sum()
+    )
+    return folded.assign(engine=engine_labels(folded["engine_id"], folded["dp_rank"]))
 
 
 def _load(engines: pd.DataFrame, limits: dict[str, Any]) -> tuple[str, Status]:

@@ -59,6 +59,19 @@ def num_engines(run: RunFile) -> int:
     return 0 if row is None else int(row[0])
 
 
+def engine_lineages(run: RunFile) -> dict[tuple[str, int], str]:
+    """(engine id, DP rank) of each engine start the collector kept settings of -> the engine
+    id its hooks announced: `ID #2`, a later start of an engine under KVSCOPE_ENGINE_ID `ID`,
+    maps to `ID` (collector/live/engine_starts.py). Engines it never kept (a replay's, a
+    capture's before the collector kept them) are their own lineage."""
+    rows = run.rows(
+        """SELECT value->>'engine_id', CAST(value->>'dp_rank' AS INTEGER),
+            coalesce(value->>'announced_id', value->>'engine_id')
+        FROM meta WHERE starts_with(key, 'engine_settings ')"""
+    )
+    return {(str(engine), int(rank)): str(announced) for engine, rank, announced in rows}
+
+
 def engine_labels(engine_ids: Iterable[str], dp_ranks: Iterable[int]) -> list[str]:
     """Each row's engine name: its id (or "(unnamed)"), and its DP rank where that engine
     has ranks above 0 (every rank of it then named, rank 0 too)."""
