@@ -15,11 +15,13 @@ import duckdb
 
 from collector.health.scorecard import scorecard
 from collector.queries.fleet import engine_starts
+from collector.queries.miss_causes import lookup_causes, request_block_causes
 from collector.store.lookup_causes import WHOLE_LOOKUP_CAUSES
 from collector.store.run_file import RunFile
 from engine_hooks.events import Arrive
 from tests.support.engine import replay_to_collector
 from tests.support.hostile import CappedCollector, Sender, frames, header
+from visualizer import request_blocks
 
 ADDRESS_SPACE = 8 << 30  # as tests/test_hostile_messages.py caps a collector
 
@@ -83,6 +85,17 @@ def test_a_stopped_engines_cache_is_gone_for_the_start_after_it(tmp_path: Path) 
         last_ts = run_file.row("SELECT max(ts_ns) FROM events WHERE engine_id = 'prod-a'")
         causes = {cause: (tokens, on) for cause, tokens, on in run_file.rows(query)}
         lines = {line.name: line for line in scorecard(run_file)}
+        # A request of the sample sent to both starts under one request id: its lookups have
+        # the same record number, each on its own engine; the Requests page tells them apart
+        # (before, it drew them as one lookup of twice the prompt).
+        looked_up, blocks = request_blocks.numbered(
+            lookup_causes(run_file, "rag-39"), request_block_causes(run_file, "rag-39")
+        )
+        segments = request_blocks.segments(looked_up, blocks, 16, {})
+        names = request_blocks.lookup_names(looked_up)
+        original_seqs = run_file.rows(
+            "SELECT engine, seq FROM lookup_causes WHERE request_id = 'rag-39' GROUP BY ALL"
+        )
     assert [key for key, _ in stops] == [
         "engine_stopped prod-a dp0",
         "engine_stopped prod-a #2 dp0",
@@ -97,6 +110,13 @@ def test_a_stopped_engines_cache_is_gone_for_the_start_after_it(tmp_path: Path) 
     assert "other_engine" not in causes
     # No setting of the cache removes a restart's misses: the scorecard does not judge them.
     assert lines["Biggest miss cause"].sentence.endswith("; nothing avoidable was lost.")
+    assert sorted(original_seqs) == [("prod-a", 3), ("prod-a #2", 3)]
+    assert names == {0: "first admission on prod-a", 1: "first admission on prod-a #2"}
+    for number, own in segments.groupby("seq"):  # each lookup's prompt tiled once
+        ordered = own.sort_values("start")
+        assert list(ordered["start"]) == [0, *ordered["tokens"].cumsum()[:-1]]
+        assert ordered["tokens"].sum() == looked_up.loc[looked_up["seq"] == number, "tokens"].sum()
+    assert "engine_stopped" in set(segments.loc[segments["seq"] == 1, "cause"])
     # Two starts of one engine never served side by side: no fleet to weigh them as.
     fleet = lines["Fleet balance and routing"]
     assert (fleet.status, fleet.sentence) == (

@@ -21,15 +21,36 @@ NS_PER_MS = 1_000_000
 LEADING = ("hit", "tier", "group_cut")  # the causes of a lookup's first tokens, in order
 
 
+def numbered(causes: pd.DataFrame, blocks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One request's `lookup_causes` and `request_block_causes` rows with each lookup's `seq`
+    made its number among the request's lookups, earliest first. A record number is its
+    engine's own: the lookups of a request sent to two engines (a retry under the same
+    request id, or again to an engine restarted) may have the same one."""
+    keys = ["engine", "rank", "seq"]
+    order = causes.drop_duplicates(keys).sort_values(["ts_ns", *keys], kind="stable")[keys]
+    order = order.assign(number=range(len(order)))
+
+    def renumbered(frame: pd.DataFrame) -> pd.DataFrame:
+        joined = frame.merge(order, on=keys, how="left", sort=False)
+        return joined.assign(seq=joined["number"]).drop(columns="number")
+
+    return renumbered(causes).sort_values("seq", kind="stable"), renumbered(blocks)
+
+
 def lookup_names(causes: pd.DataFrame) -> dict[int, str]:
-    """Each lookup (`seq`) of one request's `lookup_causes` rows in words: its first
-    admission, or the admission after its n-th preemption."""
+    """Each lookup (`seq`, as `numbered` makes it) of one request's `lookup_causes` rows in
+    words: its first admission, or the admission after its n-th preemption; on which engine,
+    where the request's lookups were on several."""
     names = {}
-    resumed = 0
+    resumed: Counter[tuple[str, int]] = Counter()
     firsts = causes.drop_duplicates("seq")
-    for seq, preempted in zip(firsts["seq"], firsts["preempted"], strict=True):
-        resumed += bool(preempted)
-        names[int(seq)] = f"after preemption {resumed}" if preempted else "first admission"
+    several = len(firsts.drop_duplicates(["engine", "rank"])) > 1
+    for lookup in firsts.to_dict("records"):
+        engine = (str(lookup["engine"]), int(lookup["rank"]))
+        resumed[engine] += bool(lookup["preempted"])
+        name = f"after preemption {resumed[engine]}" if lookup["preempted"] else "first admission"
+        where = f" on {engine[0]}" + (f" rank {engine[1]}" if engine[1] else "")
+        names[int(lookup["seq"])] = name + (where if several else "")
     return names
 
 

@@ -102,7 +102,7 @@ def _show(run: RunFile, request: str, tokenizer: TextTokenizer | None) -> None:
     if causes.empty:
         st.info("No lookup of this request was recorded: it was never scheduled.")
         return
-    blocks = request_block_causes(run, request)
+    causes, blocks = request_blocks.numbered(causes, request_block_causes(run, request))
     tenants = request_search.request_tenants(run, blocks["evicted_by"].dropna().tolist())
     block_size = int(run_config(run)["block_size"])
     segments = request_blocks.segments(causes, blocks, block_size, tenants)
