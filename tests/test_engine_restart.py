@@ -19,6 +19,7 @@ from collector.queries.miss_causes import lookup_causes, request_block_causes
 from collector.store.lookup_causes import WHOLE_LOOKUP_CAUSES
 from collector.store.run_file import RunFile
 from engine_hooks.events import Arrive
+from tests.support import app
 from tests.support.engine import replay_to_collector
 from tests.support.hostile import CappedCollector, Sender, frames, header
 from visualizer import request_blocks
@@ -123,6 +124,9 @@ def test_a_stopped_engines_cache_is_gone_for_the_start_after_it(tmp_path: Path) 
         "grey",
         "One engine (started 2 times: prod-a, prod-a #2): no fleet to balance or route.",
     )
+    overview = app.start(run)
+    caption = overview.caption[0].value  # Markdown: its parentheses escaped
+    assert "block size 16, 1 engine \\(2 starts\\) of 2,000 blocks each" in caption
 
     forgotten = tmp_path / "forgotten.duckdb"  # the same run, its stops not kept
     shutil.copy(run, forgotten)

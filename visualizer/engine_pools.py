@@ -18,13 +18,18 @@ from collector.queries.fleet import engine_labels
 MAX_NAMED = 3  # the engines named in a kind of engine; more are counted
 
 
-def pool_words(starts: pd.DataFrame, config: Mapping[str, Any]) -> str:
+def pool_words(
+    starts: pd.DataFrame,
+    config: Mapping[str, Any],
+    lineages: Mapping[tuple[str, int], str] | None = None,
+) -> str:
     """The block size and pool of the run's engines (`config`, the runs row: a run of one
-    engine or none)."""
+    engine or none). `lineages` (`fleet.engine_lineages`): the starts of one engine restarted
+    under its id are counted as its starts ("1 engine (2 starts) of 2,000 blocks each")."""
     if len(starts) <= 1:
         return f"block size {config['block_size']}, {int(config['num_blocks']):,} blocks"
     kinds = _kinds(starts)
-    count = f"{len(starts)} engines"
+    count = _count(starts, lineages or {})
     if len(kinds) == 1:
         ((size, pool),) = kinds
         return f"{size}, {count} of {pool} each"
@@ -34,6 +39,14 @@ def pool_words(starts: pd.DataFrame, config: Mapping[str, Any]) -> str:
         return f"{size}, {count}: " + ", ".join(each)
     each = (f"{size}, {pool} ({_named(named)})" for (size, pool), named in kinds.items())
     return f"{count}: " + "; ".join(each)
+
+
+def _count(starts: pd.DataFrame, lineages: Mapping[tuple[str, int], str]) -> str:
+    """The run's engines, and their starts where one engine started more than once."""
+    pairs = zip(starts["engine_id"], starts["dp_rank"], strict=True)
+    engines = len({(lineages.get((str(name), int(rank)), name), rank) for name, rank in pairs})
+    words = f"{engines} engine" + ("" if engines == 1 else "s")
+    return words if engines == len(starts) else f"{words} ({len(starts)} starts)"
 
 
 def alike(starts: pd.DataFrame) -> bool:

@@ -12,6 +12,7 @@ import streamlit as st
 
 from collector.queries import kv_groups
 from collector.queries.config import RunRow, describe_source, run_options
+from collector.queries.fleet import engine_lineages
 from collector.store.run_file import RunFile
 from visualizer import engine_pools
 
@@ -42,7 +43,8 @@ def settings(run: RunFile, config: RunRow, starts: pd.DataFrame) -> list[Setting
     ]
     per_engine = not engine_pools.alike(starts)
     if per_engine:  # a fleet whose engines differ: each engine's, as its batches announced
-        rows.append(("block size and pool", engine_pools.pool_words(starts, config), _POOLS))
+        words = engine_pools.pool_words(starts, config, engine_lineages(run))
+        rows.append(("block size and pool", words, _POOLS))
     for name, keys, value in _SHOWN:
         shown = value(config, options)
         if shown is not None and not (per_engine and name in _PER_ENGINE):

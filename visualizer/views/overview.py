@@ -15,7 +15,7 @@ from collector.queries import activity
 from collector.queries.activity import WindowFigures
 from collector.queries.collisions import collision_check
 from collector.queries.config import describe_source, run_config
-from collector.queries.fleet import engine_starts
+from collector.queries.fleet import engine_lineages, engine_starts
 from collector.queries.pool import LOW_FREE_FRACTION, FreeBlockExtremes, free_block_extremes
 from collector.queries.summary import capture_stops, hit_ratio
 from collector.queries.timeline import run_calendar
@@ -47,9 +47,10 @@ def render() -> None:
     config = run_config(run)
     st.title("Overview")
     starts = engine_starts(run)
+    pools = engine_pools.pool_words(starts, config, engine_lineages(run))
     st.caption(  # Streamlit draws a caption as Markdown: the run's own words are escaped
         f"{markdown_text(path.name)}: {markdown_text(describe_source(config), None)}, "
-        f"{markdown_text(engine_pools.pool_words(starts, config), None)}, "
+        f"{markdown_text(pools, None)}, "
         f"{markdown_text(config['hash_algo'])}, vLLM {markdown_text(config['vllm_version'])}. "
         f"Showing {window_caption(window, run)}."
     )
