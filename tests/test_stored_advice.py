@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from collector.advisor import RunContext
-from collector.advisor.replay_cache import ReplayCache, code_digest
+from collector.advisor import RunContext, stored
+from collector.advisor.replay_cache import ReplayCache, code_digest, vllm_version
 from collector.advisor.stored import assumptions, current_result, default_assumptions, keep, lookup
 from collector.cli import main
 from collector.health.scorecard import scorecard
@@ -121,6 +121,32 @@ def test_another_kvscope_is_not_served_the_advice(
     assert kept is not None
     other = {**kept, "inputs": {**kept["inputs"], "code": "0" * 32}}
     assert write_advice(copy, json.dumps(other)) is None
+    with RunFile.open(copy) as opened:
+        assert current_result(opened) is None
+
+
+def test_the_apps_own_environment_is_served_the_advice_kept_with_vllm(
+    advised: Advised, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`.ci/setup --app` makes an environment of kvscope without vLLM, where the rules cannot
+    replay the run through vLLM: the advice a replay or an advise kept with vLLM is served
+    there, to the scorecard and the Advisor page; another vLLM than the one it was worked
+    out with is still not served it."""
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    run, document, _ = advised
+    copy = copy_of(run, tmp_path)
+    with RunFile.open(copy) as opened:
+        kept = current_result(opened)
+    assert kept is not None and kept["inputs"]["vllm"] == vllm_version() is not None
+    # This environment's answer where vLLM is not installed (`.venv-app`'s, checked by hand).
+    monkeypatch.setattr(stored, "vllm_version", lambda: None)
+    with RunFile.open(copy) as opened:
+        assert current_result(opened) == kept
+        line = scorecard(opened, load_thresholds(DEFAULTS))[-1]
+        served = lookup(RunContext(opened, copy, MODELS[DEFAULT_MODEL], GpuMemory(DEFAULT_GPU_GIB)))
+    assert line.sentence.startswith(f"{document['suggestions'][0]['title']}: predicted ")
+    assert served is not None and served["document"] == {**document, "run": str(copy)}
+    monkeypatch.setattr(stored, "vllm_version", lambda: "0.33.0")
     with RunFile.open(copy) as opened:
         assert current_result(opened) is None
 

@@ -7,7 +7,9 @@ what-if curves, with the inputs they were worked out from: the run's content (a 
 its rows, which writing the advice does not change), kvscope's code (`code_digest`), the
 installed vLLM's version and the assumptions (KV spec, GPU, --max-model-len, PCIe
 bandwidth). It is served only where all four are the same: a run that grew or was written
-again, another kvscope or another vLLM works the advice out afresh. Advice given a what-if
+again, another kvscope or another vLLM works the advice out afresh; but where no vLLM is
+installed (the app's own environment), the advice kept under any vLLM is served, since its
+rules' replays through vLLM are more than that environment can do. Advice given a what-if
 sweep is never kept (the sweep's folder is not part of the run).
 
 Where the run file cannot be written (a Parquet dataset, a read-only file, one another
@@ -60,6 +62,15 @@ def _same(one: Any, other: Any) -> bool:
     return json.dumps(one, sort_keys=True) == json.dumps(other, sort_keys=True)
 
 
+def _serves(kept: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a kept result's inputs serve these: the same, but for the vLLM it was worked
+    out with where this environment has none (the app's alone, `.ci/setup --app`): a result
+    whose rules replayed the run through vLLM is more than such an environment can work out."""
+    if now.get("vllm") is None:
+        kept = {**kept, "vllm": None}
+    return _same(kept, now)
+
+
 def _parsed(text: str | None) -> dict[str, Any] | None:
     try:
         record = json.loads(text) if text else None
@@ -87,7 +98,7 @@ def current_result(run: RunFile) -> dict[str, Any] | None:
     """The result kept for this run, this kvscope and this vLLM: the run file's (whatever
     it assumed), else the replay cache's under the default assumptions; None if neither."""
     record = _parsed(read_advice(run))
-    if record is not None and _same(
+    if record is not None and _serves(
         record["inputs"], _inputs(run, record["inputs"].get("assumptions"))
     ):
         return record
@@ -101,7 +112,7 @@ def lookup(context: RunContext) -> dict[str, Any] | None:
     if assumed is None:
         return None
     record = _parsed(read_advice(context.run))
-    if record is None or not _same(record["inputs"], _inputs(context.run, assumed)):
+    if record is None or not _serves(record["inputs"], _inputs(context.run, assumed)):
         record = _parsed(json.dumps(context.replay_cache.get(_cache_key(assumed))))
         if record is None:
             return None
