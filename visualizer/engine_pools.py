@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from collector.queries.fleet import engine_labels
+from collector.queries.fleet import engine_labels, lineage_ids
 
 MAX_NAMED = 3  # the engines named in a kind of engine; more are counted
 
@@ -43,8 +43,8 @@ def pool_words(
 
 def _count(starts: pd.DataFrame, lineages: Mapping[tuple[str, int], str]) -> str:
     """The run's engines, and their starts where one engine started more than once."""
-    pairs = zip(starts["engine_id"], starts["dp_rank"], strict=True)
-    engines = len({(lineages.get((str(name), int(rank)), name), rank) for name, rank in pairs})
+    ids = lineage_ids(starts["engine_id"], starts["dp_rank"], lineages)
+    engines = len(set(zip(ids, starts["dp_rank"], strict=True)))
     words = f"{engines} engine" + ("" if engines == 1 else "s")
     return words if engines == len(starts) else f"{words} ({len(starts)} starts)"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from collector.health.line import HealthLine, Status, rising, worst
-from collector.queries.fleet import engine_labels, engine_lineages, fleet_engines
+from collector.queries.fleet import engine_labels, engine_lineages, fleet_engines, lineage_ids
 from collector.store.run_file import RunFile
 
 NAME, PAGE = "Fleet balance and routing", "fleet"
@@ -47,10 +47,7 @@ def fleet_line(run: RunFile, totals: pd.DataFrame, limits: dict[str, Any]) -> He
 
 def _by_lineage(starts: pd.DataFrame, lineages: dict[tuple[str, int], str]) -> pd.DataFrame:
     """`fleet_engines`' rows, the starts of one engine (`engine_lineages`) added together."""
-    keys = [
-        lineages.get((str(engine_id), int(dp_rank)), str(engine_id))
-        for engine_id, dp_rank in zip(starts["engine_id"], starts["dp_rank"], strict=True)
-    ]
+    keys = lineage_ids(starts["engine_id"], starts["dp_rank"], lineages)
     folded = (
         starts.assign(engine_id=keys)
         .groupby(["engine_id", "dp_rank"], as_index=False, sort=True)[

@@ -9,7 +9,7 @@ time as those hosts' clocks are.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TypedDict
 
 import pandas as pd
@@ -70,6 +70,16 @@ def engine_lineages(run: RunFile) -> dict[tuple[str, int], str]:
         FROM meta WHERE starts_with(key, 'engine_settings ')"""
     )
     return {(str(engine), int(rank)): str(announced) for engine, rank, announced in rows}
+
+
+def lineage_ids(
+    engine_ids: Iterable[str], dp_ranks: Iterable[int], lineages: Mapping[tuple[str, int], str]
+) -> list[str]:
+    """Each row's lineage (`engine_lineages`): the engine id its hooks announced, else its own."""
+    return [
+        lineages.get((str(engine_id), int(dp_rank)), str(engine_id))
+        for engine_id, dp_rank in zip(engine_ids, dp_ranks, strict=True)
+    ]
 
 
 def engine_labels(engine_ids: Iterable[str], dp_ranks: Iterable[int]) -> list[str]:
